@@ -1,0 +1,40 @@
+# Shared C declarations of the codec and hash libraries the kernels link (liblz4, libzstd, libxxhash).
+# Declarations only: no logic lives here.
+from libc.stdint cimport uint64_t
+
+cdef extern from "lz4.h" nogil:
+    int LZ4_compressBound(int inputSize)
+    int LZ4_compress_default(const char* src, char* dst, int srcSize, int dstCapacity)
+    int LZ4_decompress_safe(const char* src, char* dst, int compressedSize, int dstCapacity)
+    int LZ4_MAX_INPUT_SIZE
+
+cdef extern from "zstd.h" nogil:
+    ctypedef struct ZSTD_CCtx
+    ctypedef struct ZSTD_DCtx
+    size_t ZSTD_compressBound(size_t srcSize)
+    ZSTD_CCtx* ZSTD_createCCtx()
+    size_t ZSTD_freeCCtx(ZSTD_CCtx* cctx)
+    size_t ZSTD_compressCCtx(ZSTD_CCtx* cctx, void* dst, size_t dstCapacity,
+                             const void* src, size_t srcSize, int compressionLevel)
+    ZSTD_DCtx* ZSTD_createDCtx()
+    size_t ZSTD_freeDCtx(ZSTD_DCtx* dctx)
+    size_t ZSTD_decompressDCtx(ZSTD_DCtx* dctx, void* dst, size_t dstCapacity,
+                               const void* src, size_t srcSize)
+    unsigned long long ZSTD_getFrameContentSize(const void* src, size_t srcSize)
+    size_t ZSTD_findFrameCompressedSize(const void* src, size_t srcSize)
+    unsigned ZSTD_isError(size_t code)
+    const char* ZSTD_getErrorName(size_t code)
+    int ZSTD_minCLevel()
+    int ZSTD_maxCLevel()
+    unsigned long long ZSTD_CONTENTSIZE_UNKNOWN
+    unsigned long long ZSTD_CONTENTSIZE_ERROR
+
+cdef extern from "xxhash.h" nogil:
+    ctypedef unsigned long long XXH64_hash_t
+    XXH64_hash_t XXH3_64bits(const void* data, size_t length)
+
+# Codec identifiers shared by the writer, the reader tables and the gather kernel.
+cdef enum CodecId:
+    CODEC_NONE = 0
+    CODEC_LZ4 = 1
+    CODEC_ZSTD = 2

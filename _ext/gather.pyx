@@ -1,0 +1,455 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Record gather kernel: index lookup, pread, integrity check, envelope split, decompress.
+
+Boundary: raw file descriptors, mapped indexes and flat numpy tables in; decoded bytes out. It knows
+the record byte layout (docs/storage-format.md) and nothing of tables, sampling or processes.
+
+Trust: the caller validated the manifest and the table (row -> cache position, sample_id in range),
+but nothing read from disk is trusted: every index entry, offset, length, JSON length and codec size
+prefix is bounds-checked before it is used, and a record's XXH3-64 is checked (when the cache has a
+checksum sidecar) before any of its bytes are interpreted.
+
+The inner loop runs with the GIL released; a failure stops the loop and is turned into a typed
+exception at one choke point (`_raise_fault`), naming the cache directory, sample and shard.
+"""
+
+from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.errno cimport errno, EINTR
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy, strerror
+
+from clibs cimport (
+    CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, LZ4_decompress_safe, XXH3_64bits, ZSTD_DCtx,
+    ZSTD_createDCtx, ZSTD_decompressDCtx, ZSTD_findFrameCompressedSize, ZSTD_freeDCtx,
+    ZSTD_getFrameContentSize, ZSTD_isError,
+)
+
+from datasetrt import errors
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void* buf, size_t count, long offset)
+    int close(int fd)
+
+cdef extern from "<fcntl.h>" nogil:
+    int open(const char* path, int flags)
+    int O_RDONLY
+    int O_CLOEXEC
+
+cdef extern from "<sys/stat.h>" nogil:
+    cdef struct stat:
+        long st_size
+    int fstat(int fd, stat* buf)
+
+cdef extern from "<sys/mman.h>" nogil:
+    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void* addr, size_t length)
+    int PROT_READ
+    int MAP_SHARED
+    void* MAP_FAILED
+
+cdef extern from *:
+    """
+    #define DRT_ZSTD_UNKNOWN ZSTD_CONTENTSIZE_UNKNOWN
+    #define DRT_ZSTD_ERROR ZSTD_CONTENTSIZE_ERROR
+    #define DRT_INDEX_ROW_BYTES 24
+    static inline uint64_t drt_load_u64le(const uint8_t* p) {
+        uint64_t v; memcpy(&v, p, 8);
+    #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        return v;
+    }
+    """
+    const unsigned long long DRT_ZSTD_UNKNOWN
+    const unsigned long long DRT_ZSTD_ERROR
+    uint64_t drt_load_u64le(const uint8_t* p) nogil
+
+
+cdef class MappedFile:
+    """A whole file mapped read-only and shared (MAP_SHARED), holding no file descriptor.
+
+    Invariant: `size` is the file size at map time; the mapping lives until `close()` or
+    deallocation. Exposes the buffer protocol as read-only bytes (numpy.frombuffer works).
+    A zero-length file maps to an empty buffer.
+    """
+    cdef void* addr
+    cdef readonly Py_ssize_t size
+    cdef readonly str path
+    cdef Py_ssize_t _exports
+    cdef Py_ssize_t _shape[1]
+
+    def __cinit__(self, path):
+        self.addr = NULL
+        self.size = 0
+        self._exports = 0
+        self.path = str(path)
+        encoded = self.path.encode()
+        cdef const char* c_path = encoded
+        cdef int fd
+        cdef stat st
+        with nogil:
+            fd = open(c_path, O_RDONLY | O_CLOEXEC)
+        if fd < 0:
+            raise _io_error(errno, self.path)
+        try:
+            if fstat(fd, &st) != 0:
+                raise _io_error(errno, self.path)
+            self.size = st.st_size
+            if self.size > 0:
+                self.addr = mmap(NULL, <size_t>self.size, PROT_READ, MAP_SHARED, fd, 0)
+                if self.addr == MAP_FAILED:
+                    self.addr = NULL
+                    raise _io_error(errno, self.path)
+        finally:
+            close(fd)
+
+    @property
+    def address(self):
+        """Base address of the mapping (0 for an empty file); valid while this object is open."""
+        return <size_t>self.addr
+
+    def close(self):
+        """Unmap now; refused while a buffer export (numpy view) is alive."""
+        if self._exports:
+            raise BufferError(f"{self.path}: mapping still exported to {self._exports} buffer(s)")
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.size)
+            self.addr = NULL
+
+    def __dealloc__(self):
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.size)
+            self.addr = NULL
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("MappedFile is read-only")
+        if self.addr == NULL and self.size > 0:
+            raise ValueError(f"{self.path}: mapping is closed")
+        self._shape[0] = self.size
+        view.buf = self.addr if self.addr != NULL else <void*>&self._shape[0]
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self._shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self._exports -= 1
+
+
+def _io_error(int err, str path):
+    return errors.CacheIOError(f"I/O error: {strerror(err).decode()} (os error {err}): {path}")
+
+
+cdef class Scratch:
+    """Per-reader scratch: a growable staging buffer for compressed records and a zstd context.
+
+    Not thread-safe; one per reading thread/process. Memory held: the largest compressed record
+    seen so far plus one ZSTD_DCtx (~100 KiB).
+    """
+    cdef uint8_t* buf
+    cdef size_t cap
+    cdef ZSTD_DCtx* dctx
+
+    def __cinit__(self):
+        self.buf = NULL
+        self.cap = 0
+        self.dctx = ZSTD_createDCtx()
+        if self.dctx == NULL:
+            raise MemoryError("ZSTD_createDCtx failed")
+
+    def __dealloc__(self):
+        free(self.buf)
+        if self.dctx != NULL:
+            ZSTD_freeDCtx(self.dctx)
+
+    @property
+    def capacity(self):
+        return self.cap
+
+    cdef int reserve(self, size_t n) noexcept nogil:
+        cdef uint8_t* p
+        if n <= self.cap:
+            return 0
+        p = <uint8_t*>realloc(self.buf, n)
+        if p == NULL:
+            return -1
+        self.buf = p
+        self.cap = n
+        return 0
+
+
+# Fault codes of the gather loop (F_*). F_OUT_FULL is flow control, not a fault.
+cdef enum Fault:
+    F_OK = 0
+    F_OUT_FULL = 1
+    F_SAMPLE_RANGE = 2
+    F_SHARD_ID = 3
+    F_BOUNDS = 4
+    F_IO = 5
+    F_SHORT_READ = 6
+    F_CHECKSUM = 7
+    F_ENVELOPE = 8
+    F_LZ4 = 9
+    F_ZSTD = 10
+    F_DECODED_LIMIT = 11
+    F_NOT_OPEN = 12
+    F_NOMEM = 13
+    F_CODEC = 14
+
+
+cdef struct FaultInfo:
+    int code
+    Py_ssize_t row
+    uint64_t a
+    uint64_t b
+    int64_t shard
+
+
+cdef inline int _pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, FaultInfo* f) noexcept nogil:
+    cdef ssize_t got
+    cdef size_t done = 0
+    while done < n:
+        got = pread(fd, dst + done, n - done, <long>(offset + done))
+        if got < 0:
+            if errno == EINTR:
+                continue
+            f.code = F_IO
+            f.a = <uint64_t>errno
+            return -1
+        if got == 0:
+            f.code = F_SHORT_READ
+            f.a = done
+            f.b = n
+            return -1
+        done += <size_t>got
+    return 0
+
+
+def gather(
+    const uint64_t[::1] index_addr, const uint64_t[::1] index_rows,
+    const int64_t[::1] shard_base, const int64_t[::1] shard_count, const uint64_t[::1] cksum_addr,
+    const int32_t[::1] shard_fd, const uint64_t[::1] shard_len, const uint64_t[::1] shard_ulen,
+    const uint8_t[::1] shard_codec,
+    const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
+    uint8_t[::1] out, int64_t[::1] json_off, int64_t[::1] json_len,
+    int64_t[::1] data_off, int64_t[::1] data_len,
+    Scratch scratch not None, list cache_labels not None, list shard_names not None,
+):
+    """Read rows [0, len(row_cache)) into `out`, in order, until done or `out` is full.
+
+    Per cache c: index_addr[c] is the mapped index.bin (index_rows[c] rows of 24 bytes),
+    shards shard_base[c] .. shard_base[c]+shard_count[c]-1 of the flat shard tables, and
+    cksum_addr[c] the mapped u64 LE checksum sidecar or 0. Per row i: for row i, bytes
+    out[json_off[i] : +json_len[i]] are the embedded JSON and out[data_off[i] : +data_len[i]] the
+    decoded payload. Returns (rows_done, out_used, need_bytes): need_bytes > 0 only when row
+    rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it).
+    Complexity O(rows + bytes); one pread per record.
+    """
+    cdef Py_ssize_t n_rows = row_cache.shape[0]
+    cdef Py_ssize_t i = 0
+    cdef size_t pos = 0, cap = out.shape[0], need = 0
+    cdef int64_t c, s
+    cdef uint64_t sid, shard_id, off, rec_len, jlen, plen, dsize, expect
+    cdef const uint8_t* entry
+    cdef const uint8_t* rec
+    cdef const uint8_t* payload
+    cdef uint8_t* dst
+    cdef int got, codec
+    cdef size_t zgot
+    cdef unsigned long long zsize
+    cdef FaultInfo f
+    f.code = F_OK
+    f.row = -1
+    f.a = 0
+    f.b = 0
+    f.shard = -1
+    if out.shape[0] == 0:
+        cap = 0
+    with nogil:
+        while i < n_rows:
+            c = row_cache[i]
+            sid = row_sample[i]
+            if sid >= index_rows[c]:
+                f.code = F_SAMPLE_RANGE
+                break
+            entry = <const uint8_t*>index_addr[c] + sid * 24
+            shard_id = drt_load_u64le(entry)
+            off = drt_load_u64le(entry + 8)
+            rec_len = drt_load_u64le(entry + 16)
+            if shard_id >= <uint64_t>shard_count[c]:
+                f.code = F_SHARD_ID
+                f.a = shard_id
+                break
+            s = shard_base[c] + <int64_t>shard_id
+            f.shard = s
+            f.a = off
+            f.b = rec_len
+            if off > shard_len[s] or rec_len > shard_len[s] - off:
+                f.code = F_BOUNDS
+                break
+            if rec_len < 8:
+                f.code = F_ENVELOPE
+                break
+            if shard_fd[s] < 0:
+                f.code = F_NOT_OPEN
+                break
+            codec = shard_codec[s]
+            if codec == CODEC_NONE:
+                if rec_len > cap - pos:
+                    need = rec_len
+                    f.code = F_OUT_FULL
+                    break
+                dst = &out[0] + pos
+                if _pread_full(shard_fd[s], dst, rec_len, off, &f) != 0:
+                    break
+                rec = dst
+            else:
+                if scratch.reserve(rec_len) != 0:
+                    f.code = F_NOMEM
+                    f.a = rec_len
+                    break
+                if _pread_full(shard_fd[s], scratch.buf, rec_len, off, &f) != 0:
+                    break
+                rec = scratch.buf
+            if cksum_addr[c] != 0:
+                expect = drt_load_u64le(<const uint8_t*>cksum_addr[c] + sid * 8)
+                if XXH3_64bits(rec, rec_len) != expect:
+                    f.code = F_CHECKSUM
+                    f.a = expect
+                    break
+            jlen = drt_load_u64le(rec)
+            if jlen > rec_len - 8:
+                f.code = F_ENVELOPE
+                f.a = jlen
+                f.b = rec_len
+                break
+            plen = rec_len - 8 - jlen
+            payload = rec + 8 + jlen
+            if codec == CODEC_NONE:
+                json_off[i] = pos + 8
+                json_len[i] = jlen
+                data_off[i] = pos + 8 + jlen
+                data_len[i] = plen
+                pos += rec_len
+                i += 1
+                continue
+            # Compressed: decoded size from the codec header, bounded by the shard's declared total.
+            if codec == CODEC_LZ4:
+                if plen < 4:
+                    f.code = F_LZ4
+                    break
+                dsize = payload[0] | (<uint64_t>payload[1] << 8) | (<uint64_t>payload[2] << 16) | (<uint64_t>payload[3] << 24)
+            elif codec == CODEC_ZSTD:
+                zsize = ZSTD_getFrameContentSize(payload, plen)
+                if zsize == DRT_ZSTD_UNKNOWN or zsize == DRT_ZSTD_ERROR:
+                    f.code = F_ZSTD
+                    break
+                dsize = zsize
+            else:
+                f.code = F_CODEC
+                f.a = codec
+                break
+            if dsize > shard_ulen[s]:
+                f.code = F_DECODED_LIMIT
+                f.a = dsize
+                f.b = shard_ulen[s]
+                break
+            if jlen + dsize > cap - pos:
+                need = jlen + dsize
+                f.code = F_OUT_FULL
+                break
+            dst = &out[0] + pos
+            memcpy(dst, rec + 8, jlen)
+            if codec == CODEC_LZ4:
+                if dsize > 0x7E000000 or plen - 4 > 0x7E000000:
+                    f.code = F_LZ4
+                    break
+                got = LZ4_decompress_safe(<const char*>(payload + 4), <char*>(dst + jlen), <int>(plen - 4), <int>dsize)
+                if got < 0 or <uint64_t>got != dsize:
+                    f.code = F_LZ4
+                    break
+            else:
+                if ZSTD_findFrameCompressedSize(payload, plen) != plen:
+                    f.code = F_ZSTD
+                    break
+                zgot = ZSTD_decompressDCtx(scratch.dctx, dst + jlen, dsize, payload, plen)
+                if ZSTD_isError(zgot) or zgot != dsize:
+                    f.code = F_ZSTD
+                    break
+            json_off[i] = pos
+            json_len[i] = jlen
+            data_off[i] = pos + jlen
+            data_len[i] = dsize
+            pos += jlen + dsize
+            i += 1
+    if f.code == F_OK or f.code == F_OUT_FULL:
+        return i, pos, need
+    f.row = i
+    _raise_fault(&f, row_cache, row_sample, cache_labels, shard_names)
+
+
+cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
+                      list cache_labels, list shard_names) except -1:
+    """The one place gather faults become typed exceptions (cf. pyarrow's check_status)."""
+    cdef int64_t c = row_cache[f.row]
+    cdef uint64_t sid = row_sample[f.row]
+    where = f"{cache_labels[c]} sample {sid}"
+    shard = shard_names[f.shard] if f.shard >= 0 else "?"
+    if f.code == F_SAMPLE_RANGE:
+        raise errors.SampleIndexError(f"sample_id {sid} is out of range for {cache_labels[c]}")
+    if f.code == F_SHARD_ID:
+        raise errors.CacheFormatError(f"index references missing shard {f.a}: {where}")
+    if f.code == F_BOUNDS:
+        raise errors.CacheFormatError(
+            f"invalid binary record: index entry (offset {f.a}, byte_len {f.b}) lies outside shard {shard}: {where}")
+    if f.code == F_IO:
+        raise errors.CacheIOError(f"I/O error: {strerror(<int>f.a).decode()} (os error {f.a}): shard {shard}: {where}")
+    if f.code == F_SHORT_READ:
+        raise errors.CacheIOError(
+            f"I/O error: failed to fill whole buffer (read {f.a} of {f.b} bytes; shard {shard} changed on disk?): {where}")
+    if f.code == F_CHECKSUM:
+        raise errors.IntegrityError(f"record checksum mismatch for {where} (shard {shard})")
+    if f.code == F_ENVELOPE:
+        raise errors.CacheFormatError(f"invalid binary record: {where} (shard {shard})")
+    if f.code == F_LZ4:
+        raise errors.CacheFormatError(f"failed to decompress lz4 payload: {where} (shard {shard})")
+    if f.code == F_ZSTD:
+        raise errors.CacheFormatError(f"failed to decompress zstd payload: {where} (shard {shard})")
+    if f.code == F_DECODED_LIMIT:
+        raise errors.CacheFormatError(
+            f"decoded payload size {f.a} exceeds the shard's uncompressed_byte_len {f.b}: {where} (shard {shard})")
+    if f.code == F_NOT_OPEN:
+        raise errors.CacheIOError(f"shard {shard} is not open for reading: {where}")
+    if f.code == F_NOMEM:
+        raise errors.ResourceLimitError(f"cannot allocate {f.a} bytes of read scratch for {where}")
+    if f.code == F_CODEC:
+        raise errors.CacheFormatError(f"unknown codec id {f.a} for shard {shard}: {where}")
+    raise errors.CacheFormatError(f"gather fault {f.code}: {where}")
+
+
+def slice_records(const uint8_t[::1] out, const int64_t[::1] json_off, const int64_t[::1] json_len,
+                  const int64_t[::1] data_off, const int64_t[::1] data_len, Py_ssize_t n):
+    """Copy rows [0, n) of a gather result into (list of payload bytes, list of JSON str).
+
+    The one copy out of the reusable gather buffer into Python objects the consumer owns. JSON
+    text must be UTF-8 (UnicodeDecodeError otherwise).
+    """
+    cdef Py_ssize_t i
+    cdef const char* base = <const char*>&out[0] if out.shape[0] else NULL
+    datas = [None] * n
+    jsons = [None] * n
+    for i in range(n):
+        datas[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])
+        jsons[i] = PyUnicode_DecodeUTF8(base + json_off[i], json_len[i], "strict")
+    return datas, jsons

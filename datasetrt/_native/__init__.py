@@ -1,0 +1,4 @@
+"""Compiled kernels (built from _ext/*.pyx): draws, codec, gather. Hot loops only.
+
+Boundary: no Polars, no Torch, no processes.
+"""

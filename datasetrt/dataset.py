@@ -1,0 +1,450 @@
+"""`CachedDataset` and `DatasetRuntime`: orchestration of format, table, sampling and runtime.
+
+Boundary: no byte layouts (those live in format/); this module wires open caches, the Polars
+table, the planner and the reader together and owns the dataset-level sampling state:
+`cursor` (ordered mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first
+`next()`, and `epoch_len` (None = the population size).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
+    CacheFormatError,
+    ConfigError,
+    DatasetRTError,
+    MetadataTypeError,
+    RecordJSONError,
+    SampleIndexError,
+)
+from datasetrt.format.durable import fsync_path
+from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
+from datasetrt.format.reader import CacheHandle
+from datasetrt.format.writer import write_profile, write_sources
+from datasetrt.records import (
+    AbsentManifestTarget,
+    CachedSample,
+    CacheSourcesDatasetError,
+    CacheSourcesDatasetSuccess,
+    CacheWriteSuccess,
+    Err,
+    ManifestUpdateEntry,
+    ManifestUpdateError,
+    ManifestUpdateReport,
+    Ok,
+)
+from datasetrt.runtime.local import LocalReader
+from datasetrt.sampling.planner import Population, Window, advance
+from datasetrt.table.catalog import CacheCatalog
+from datasetrt.table.metadata import ActiveRows, physical_table, validate_update
+
+READ_BLOCK_ROWS = 256
+
+
+def _check_seed(seed: Any) -> int:
+    if type(seed) is bool or not isinstance(seed, int):
+        raise ArgumentTypeError(f"seed must be an integer, got {type(seed).__name__}")
+    if seed < 0:
+        raise ArgumentOverflowError(f"can't convert negative int to unsigned (seed={seed})")
+    if seed > U64_MAX:
+        raise ArgumentOverflowError(f"int too big to convert (seed={seed} is not a u64)")
+    return seed
+
+
+def _check_paths(paths: Any) -> list[Path]:
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise ArgumentTypeError("paths must be a sequence of cache directories, not a single path")
+    try:
+        items = list(paths)
+    except TypeError:
+        raise ArgumentTypeError(f"paths must be a sequence of cache directories, got {type(paths).__name__}") from None
+    if not items:
+        raise ConfigError("CachedDataset requires at least one cache path")
+    return [Path(p) for p in items]
+
+
+class CachedDataset:
+    """A deterministic view over one or more caches.
+
+    Opening reads manifests and stats files only (validate_cache=True adds the deep checks). The
+    metadata table is decoded on first use. Iterators snapshot the population and reserve their
+    window at the first `next()`; concurrent iterators are independent.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig,
+                 runtime: DatasetRuntime | None = None) -> None:
+        if not isinstance(reader_config, ReaderConfig):
+            raise ArgumentTypeError(f"reader_config must be a ReaderConfig, got {type(reader_config).__name__}")
+        self.cache_paths: list[Path] = _check_paths(paths)
+        self.reader_config = reader_config
+        self._seed = _check_seed(reader_config.seed)
+        self._runtime = runtime
+        self._handles = [CacheHandle.open(p) for p in self.cache_paths]
+        if reader_config.validate_cache:
+            for handle in self._handles:
+                handle.validate_deep()
+        schema = self._handles[0].manifest.metadata_schema
+        for handle in self._handles[1:]:
+            if handle.manifest.metadata_schema != schema:
+                raise CacheFormatError(f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}")
+        self._schema = schema
+        ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
+        self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
+        self._population = Population(self._catalog)
+        self._active_frame: pl.DataFrame | None = None
+        self._physical_frame: pl.DataFrame | None = None
+        self._epoch_len: int | None = None
+        self._cursor = 0
+        self._draw_offset = 0
+        self._lock = threading.Lock()
+        self._readers = threading.local()
+        self._validation_tables: dict[int, Any] = {}
+
+    # -- size and windows ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._epoch_len if self._epoch_len is not None else len(self._population)
+
+    def set_epoch_len(self, epoch_len: int) -> None:
+        """Length of future iterators' windows; the population is unchanged."""
+        if type(epoch_len) is bool:
+            epoch_len = int(epoch_len)
+        if not isinstance(epoch_len, int):
+            raise ArgumentTypeError(f"epoch_len must be an integer, got {type(epoch_len).__name__}")
+        if epoch_len < 1:
+            raise ConfigError("epoch_len must be at least 1")
+        if epoch_len > U64_MAX:
+            raise ArgumentOverflowError("int too big to convert (epoch_len must fit in u64)")
+        self._epoch_len = epoch_len
+
+    def _reserve(self) -> Window:
+        """Reserve the next window (called at an iterator's first next())."""
+        with self._lock:
+            population = self._population
+            length = len(self)
+            shuffle = self.reader_config.shuffle
+            start = self._draw_offset if shuffle else self._cursor
+            if shuffle:
+                self._draw_offset = advance(True, start, length, len(population))
+            else:
+                self._cursor = advance(False, start, length, len(population))
+            return Window(population, shuffle, self._seed, start, length)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _reader(self) -> LocalReader:
+        """This thread's reader in this process (descriptors are never shared across forks)."""
+        local = self._readers
+        reader = getattr(local, "reader", None)
+        if reader is None or local.pid != os.getpid():
+            reader = LocalReader(self._handles, verify_records=self.reader_config.verify_records)
+            local.reader, local.pid = reader, os.getpid()
+        return reader
+
+    def __iter__(self) -> Iterator[CachedSample]:
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[CachedSample]:
+        window = self._reserve()
+        reader = self._reader()
+        cache_ids = self._catalog.cache_ids
+        for cache_pos, sample_id in window.blocks(READ_BLOCK_ROWS):
+            yield from self._samples(reader, cache_pos, sample_id, cache_ids)
+
+    def _samples(self, reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray,
+                 cache_ids: np.ndarray) -> list[CachedSample]:
+        datas, jsons = _read_checked(reader, cache_pos, sample_id)
+        metas = _parse_metadata(jsons, reader.labels, cache_pos, sample_id)
+        if self.reader_config.validate_cache:
+            self._compare_embedded(metas, cache_pos, sample_id)
+        return list(map(CachedSample, datas, metas, cache_ids[cache_pos].tolist(), sample_id.tolist()))
+
+    def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
+        """One sample by identity; ignores the active table and does not move any cursor."""
+        if type(cache_id) is not int or type(sample_id) is not int:
+            raise ArgumentTypeError("cache_id and sample_id must be integers")
+        if not 0 <= cache_id <= U64_MAX or (pos := self._catalog.position(cache_id)) < 0:
+            raise SampleIndexError(f"cache_id {cache_id} is out of range")
+        if not 0 <= sample_id <= U64_MAX:
+            raise SampleIndexError(f"sample_id {sample_id} is out of range")
+        if sample_id >= self._catalog.counts[pos]:
+            raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
+        rows = self._samples(self._reader(), np.array([pos], dtype=np.int64),
+                             np.array([sample_id], dtype=np.uint64), self._catalog.cache_ids)
+        return rows[0]
+
+    def _compare_embedded(self, metas: list[dict], cache_pos: np.ndarray, sample_id: np.ndarray) -> None:
+        """validate_cache=True: each record's embedded JSON must equal its metadata.arrow row."""
+        for k in np.unique(cache_pos).tolist():
+            table = self._validation_tables.get(k)
+            if table is None:
+                table = self._validation_tables[k] = self._handles[k].read_metadata()
+            mask = cache_pos == k
+            expected = table.take(sample_id[mask].astype(np.int64)).to_pylist()
+            for meta, want, sid in zip((m for m, keep in zip(metas, mask) if keep), expected, sample_id[mask].tolist()):
+                if meta != want:
+                    raise CacheFormatError(
+                        f"embedded metadata does not match metadata.arrow for sample {sid}: {self._handles[k].path}"
+                    )
+
+    # -- metadata table -----------------------------------------------------------------------
+
+    def get_metadata(self) -> pl.DataFrame:
+        """The active table as last supplied, or the physical table (decoded on first use)."""
+        if self._active_frame is not None:
+            return self._active_frame
+        if self._physical_frame is None:
+            self._physical_frame = physical_table(self._catalog, self._schema, lambda k: self._handles[k].read_metadata())
+        return self._physical_frame
+
+    samples_metadata = get_metadata
+
+    def update_metadata(self, df: pl.DataFrame) -> None:
+        """Validate and activate a new population; resets len() to its row count and both cursors.
+
+        On any error the previous table stays active. Started iterators keep their snapshot.
+        """
+        if not isinstance(df, pl.DataFrame):
+            raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
+        active: ActiveRows = validate_update(df, self._catalog, self._schema)
+        population = Population(self._catalog, active)
+        with self._lock:
+            self._population = population
+            self._active_frame = df
+            self._epoch_len = None
+            self._cursor = 0
+            self._draw_offset = 0
+
+    set_samples_metadata = update_metadata
+
+    # -- manifests ----------------------------------------------------------------------------
+
+    def update_manifests(self, version: Any) -> Ok | Err:
+        """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest."""
+        if type(version) is not int or version != 3:
+            return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
+                                           "unsupported manifest migration target; expected integer 3"))
+        entries: list[ManifestUpdateEntry] = []
+        for pos, handle in enumerate(self._handles):
+            path = handle.path / MANIFEST_NAME
+            cache_id = int(self._catalog.cache_ids[pos])
+            try:
+                doc = json.loads(path.read_text())
+                if doc.get("format_version") == 3:
+                    entries.append(ManifestUpdateEntry(path, cache_id, "unchanged"))
+                    continue
+                migrated = {"format_version": 3, "cache_id": cache_id}
+                migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
+                tmp = path.with_name(MANIFEST_NAME + ".partial")
+                with open(tmp, "w") as f:
+                    f.write(json.dumps(migrated, indent=2) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                try:
+                    fsync_path(handle.path)
+                    status = "updated"
+                except OSError:
+                    status = "durability_unknown"
+                entries.append(ManifestUpdateEntry(path, cache_id, status))
+            except (OSError, ValueError) as exc:
+                return Err(ManifestUpdateError(path, f"manifest update failed: {exc}", tuple(entries)))
+        return Ok(ManifestUpdateReport(tuple(entries)))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close this thread's shard descriptors now (they are also closed on garbage collection)."""
+        reader = getattr(self._readers, "reader", None)
+        if reader is not None:
+            reader.close()
+            self._readers.reader = None
+
+    def __enter__(self) -> CachedDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle 'CachedDataset' object: pass cache paths and a ReaderConfig instead")
+
+    def __repr__(self) -> str:
+        return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
+
+
+def _read_checked(reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list, list]:
+    try:
+        return reader.read(cache_pos, sample_id)
+    except UnicodeDecodeError as exc:
+        raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
+
+
+def _parse_metadata(jsons: list[str], labels: list[str], cache_pos: np.ndarray, sample_id: np.ndarray) -> list[dict]:
+    """Embedded JSON texts -> dicts (keys already sorted on disk). Typed error naming the sample."""
+    loads = json.loads
+    try:
+        metas = list(map(loads, jsons))
+    except (json.JSONDecodeError, RecursionError):
+        metas = []
+        for i, text in enumerate(jsons):
+            try:
+                metas.append(loads(text))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise RecordJSONError(
+                    f"JSON error: {exc}: {labels[int(cache_pos[i])]} sample {int(sample_id[i])}"
+                ) from None
+    for i, meta in enumerate(metas):
+        if type(meta) is not dict:
+            raise RecordJSONError(
+                f"JSON error: invalid type: {type(meta).__name__}, expected a map: "
+                f"{labels[int(cache_pos[i])]} sample {int(sample_id[i])}"
+            )
+    return metas
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """Write progress to stderr (tqdm): samples, samples/s, MB/s, sources done."""
+
+    def __init__(self, total_sources: int) -> None:
+        from tqdm import tqdm
+
+        self.total_sources = total_sources
+        self.sources_done = 0
+        self.bytes = 0
+        self.start = time.perf_counter()
+        self.bar = tqdm(unit=" samples", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                        desc=f"datasetrt write 0/{total_sources} sources")
+
+    def advance(self, samples: int, nbytes: int) -> None:
+        self.bytes += nbytes
+        self.bar.update(samples)
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
+
+    def source_done(self) -> None:
+        self.sources_done += 1
+        self.bar.set_description(f"datasetrt write {self.sources_done}/{self.total_sources} sources", refresh=False)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class DatasetRuntime:
+    """Owns the workers shared by every write and dataset built through it.
+
+    `num_workers` threads compress during writes (the native codecs release the GIL).
+    """
+
+    __slots__ = ("_num_workers", "_pool", "__weakref__")
+
+    def __init__(self, *, num_workers: int) -> None:
+        if isinstance(num_workers, float) or not isinstance(num_workers, int):
+            raise ArgumentTypeError(f"num_workers must be an integer, got {type(num_workers).__name__}")
+        if num_workers < 0:
+            raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
+        if num_workers == 0:
+            raise ConfigError("num_workers must be greater than zero")
+        self._num_workers = int(num_workers)
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    def _writer_pool(self) -> ThreadPoolExecutor | None:
+        if self._num_workers < 2:
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._num_workers, thread_name_prefix="datasetrt-writer")
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker threads (idempotent)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle 'DatasetRuntime' object")
+
+    def write_cache(self, sources: Any, path: str | os.PathLike, *,
+                    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> list:
+        """Write one source or a list of sources under `path`; one result per source, in order."""
+        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
+
+    def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
+               reader_config: ReaderConfig | None) -> list:
+        if not isinstance(writer_config, WriterConfig):
+            raise ArgumentTypeError(f"writer_config must be a WriterConfig, got {type(writer_config).__name__}")
+        comp = writer_config.shard_compression
+        if comp.algo == "none" and comp.ratio != 1.0:
+            raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
+        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
+        progress = _Progress(len(items)) if writer_config.show_progress and items else None
+        start = time.perf_counter_ns()
+        profiles: list = []
+        check = _reuse_checker(writer_config) if reuse_existing else None
+        try:
+            results, profiles = write_sources(items, Path(path), writer_config, pool=self._writer_pool(),
+                                              progress=progress, reuse_existing=reuse_existing, check_reused=check)
+        finally:
+            if progress is not None:
+                progress.close()
+            if writer_config.profiler.enabled:
+                write_profile(writer_config.profiler.path, time.perf_counter_ns() - start, profiles)
+        return results
+
+    def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
+        return CachedDataset(paths, reader_config=reader_config, runtime=self)
+
+    def from_cache_sources(self, sources: Any, path: str | os.PathLike, *, reader_config: ReaderConfig,
+                           writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> Any:
+        """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
+        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
+        if not items:
+            return CacheSourcesDatasetError([], "no cache sources were provided")
+        results = self._write(items, path, writer_config, reuse_existing=True, reader_config=reader_config)
+        ok = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
+        if not ok:
+            detail = "; ".join(f"{r.source_name}: {r.message}" for r in results)
+            return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
+        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
+
+
+def _reuse_checker(writer_config: WriterConfig):
+    def check(name: str, path: Path) -> str | None:
+        try:
+            handle = CacheHandle.open(path)
+            if handle.manifest.source_name != name:
+                return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
+            if writer_config.validate_cache:
+                handle.validate_deep()
+        except DatasetRTError as exc:
+            return str(exc)
+        return None
+
+    return check

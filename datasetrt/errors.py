@@ -1,0 +1,90 @@
+"""The one exception tree of datasetrt.
+
+Boundary: imports nothing from the package. Each class also subclasses the builtin that dataset-rt
+0.4.8 raises for the same case, so `except ValueError` / `except RuntimeError` / `except IndexError`
+/ `except TypeError` written against dataset-rt keep working. Messages start with (or contain) the
+reference wording and add the offending path, column or value.
+"""
+
+
+class DatasetRTError(Exception):
+    """Base class of every error datasetrt raises on purpose."""
+
+
+# --- configuration and arguments -------------------------------------------------------------
+
+
+class ConfigError(DatasetRTError, ValueError):
+    """A configuration value or argument is invalid (dataset-rt: ValueError)."""
+
+
+class ArgumentTypeError(DatasetRTError, TypeError):
+    """An argument has the wrong type (dataset-rt: TypeError)."""
+
+
+class ArgumentOverflowError(DatasetRTError, OverflowError):
+    """An integer argument is outside its range, e.g. a seed outside u64 (dataset-rt: OverflowError)."""
+
+
+class SampleIndexError(DatasetRTError, IndexError):
+    """A (cache_id, sample_id) lookup is out of range (dataset-rt: IndexError)."""
+
+
+# --- caches on disk ----------------------------------------------------------------------------
+
+
+class CacheFormatError(DatasetRTError, ValueError):
+    """A cache breaks the format contract: shapes, lengths, schema, records (dataset-rt: ValueError)."""
+
+
+class MissingManifestError(CacheFormatError):
+    """The directory has no manifest.json, so it is not a published cache."""
+
+
+class ManifestJSONError(DatasetRTError, RuntimeError):
+    """manifest.json is not valid JSON or misses/mistypes a field (dataset-rt: RuntimeError "JSON error: ...")."""
+
+
+class RecordJSONError(DatasetRTError, RuntimeError):
+    """A record's embedded metadata JSON cannot be parsed (dataset-rt: RuntimeError "JSON error: ...")."""
+
+
+class ArrowFormatError(DatasetRTError, RuntimeError):
+    """metadata.arrow cannot be decoded as an Arrow IPC file (dataset-rt: RuntimeError "Arrow error: ...")."""
+
+
+class IntegrityError(CacheFormatError):
+    """Bytes on disk do not match a recorded checksum: file sha256 or per-record XXH3-64."""
+
+
+class CacheIOError(DatasetRTError, RuntimeError):
+    """An operating-system error while reading or writing a cache (dataset-rt: RuntimeError "I/O error: ...")."""
+
+
+# --- metadata table ----------------------------------------------------------------------------
+
+
+class MetadataValidationError(DatasetRTError, ValueError):
+    """update_metadata got a table that breaks a rule of the samples-metadata contract."""
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+class SourceError(DatasetRTError, ValueError):
+    """A CacheSource yielded something the writer refuses; reported as a CacheWriteError value."""
+
+
+class DuplicateSourceError(DatasetRTError, ValueError):
+    """Two sources in one write call map to the same cache path."""
+
+
+# --- resources ---------------------------------------------------------------------------------
+
+
+class ResourceLimitError(DatasetRTError, MemoryError):
+    """A configuration or record would exceed the memory limit (dataset-rt has no equivalent)."""
+
+
+class MetadataTypeError(DatasetRTError, TypeError, AttributeError):
+    """update_metadata got something that is not a polars.DataFrame (dataset-rt: AttributeError)."""

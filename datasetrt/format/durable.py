@@ -1,0 +1,47 @@
+"""Durable file primitives for publication: fsync of files and directories, no-replace rename.
+
+Boundary: POSIX calls only; knows nothing of caches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+from pathlib import Path
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory by path (directories make renames and creations durable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Atomically rename src to dst, failing with FileExistsError if dst exists (even empty).
+
+    Uses renameat2(RENAME_NOREPLACE) where the kernel and filesystem have it; otherwise falls back
+    to a check-then-rename, which is atomic only against writers that use this same function
+    under the per-name staging lock (the writer holds it).
+    """
+    if _renameat2 is not None:
+        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        if rc == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), str(dst))
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), str(src))
+    if os.path.lexists(dst):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(dst))
+    os.rename(src, dst)

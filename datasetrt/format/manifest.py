@@ -1,0 +1,289 @@
+"""manifest.json: parse (strict, hostile-input safe) and serialise (dataset-rt's pretty layout).
+
+Boundary: JSON text <-> `Manifest`; file reads only of manifest.json itself. Every field read from
+the file is type- and range-checked here, before anything is sized or opened from it, and errors
+name the manifest path and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasetrt.errors import ManifestJSONError, MissingManifestError
+from datasetrt.format.layout import (
+    CHECKSUM_ALGO,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    METADATA_KINDS,
+    SHARD_NAME_RE,
+    SUPPORTED_FORMAT_VERSIONS,
+    U63_MAX,
+    U64_MAX,
+)
+
+ALGOS = ("none", "lz4", "zstd")
+EXTENSION_KEY = "datasetrt"
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard file: `byte_len` is its exact size; `uncompressed_byte_len` sums raw payloads."""
+
+    name: str
+    uncompressed_byte_len: int
+    byte_len: int
+    algo: str
+    ratio: float
+    sha256: str
+    level: int | None = None
+
+
+@dataclass(frozen=True)
+class ChecksumSidecar:
+    """datasetrt extension: per-record XXH3-64 file (u64 LE per sample, sample_id order)."""
+
+    file: str
+    algo: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed manifest. `cache_id` is None for v2 manifests (identity = position in paths)."""
+
+    format_version: int
+    cache_id: int | None
+    source_name: str
+    sample_count: int
+    metadata_schema: tuple[tuple[str, str], ...]
+    metadata_sha256: str
+    index_sha256: str
+    shards: tuple[ShardEntry, ...]
+    checksums: ChecksumSidecar | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def schema_dict(self) -> dict[str, str]:
+        return dict(self.metadata_schema)
+
+    def to_json(self) -> str:
+        """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
+        doc: dict[str, Any] = {"format_version": self.format_version}
+        if self.cache_id is not None:
+            doc["cache_id"] = self.cache_id
+        doc["source_name"] = self.source_name
+        doc["sample_count"] = self.sample_count
+        doc["metadata_schema"] = [{"name": n, "kind": k} for n, k in self.metadata_schema]
+        doc["metadata_sha256"] = self.metadata_sha256
+        doc["index_sha256"] = self.index_sha256
+        shards = []
+        for s in self.shards:
+            compression: dict[str, Any] = {"algo": s.algo, "ratio": s.ratio}
+            if s.level is not None:
+                compression["level"] = s.level
+            shards.append(
+                {
+                    "name": s.name,
+                    "uncompressed_byte_len": s.uncompressed_byte_len,
+                    "byte_len": s.byte_len,
+                    "compression": compression,
+                    "sha256": s.sha256,
+                }
+            )
+        doc["shards"] = shards
+        for key, value in self.extra.items():
+            doc[key] = value
+        if self.checksums is not None:
+            ext = dict(doc.get(EXTENSION_KEY, {}))
+            ext["record_checksums"] = {
+                "file": self.checksums.file,
+                "algo": self.checksums.algo,
+                "sha256": self.checksums.sha256,
+            }
+            doc[EXTENSION_KEY] = ext
+        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+class _Fields:
+    """Typed field access with messages naming the manifest path and the field."""
+
+    def __init__(self, path: Path, doc: Any, where: str = "") -> None:
+        if not isinstance(doc, dict):
+            raise ManifestJSONError(f"JSON error: invalid type, expected a map{where}: {path}")
+        self.path, self.doc, self.where = path, doc, where
+
+    def _missing(self, key: str) -> ManifestJSONError:
+        return ManifestJSONError(f"JSON error: missing field `{key}`{self.where}: {self.path}")
+
+    def _bad(self, key: str, value: Any, expected: str) -> ManifestJSONError:
+        shown = json.dumps(value)[:80] if _jsonable(value) else repr(value)[:80]
+        return ManifestJSONError(
+            f"JSON error: invalid value: `{shown}` for field `{key}`, expected {expected}{self.where}: {self.path}"
+        )
+
+    def uint(self, key: str, maximum: int = U63_MAX, required: bool = True) -> int | None:
+        if key not in self.doc:
+            if required:
+                raise self._missing(key)
+            return None
+        value = self.doc[key]
+        if type(value) is not int or value < 0 or value > maximum:
+            if type(value) is int and value < 0:
+                raise ManifestJSONError(
+                    f"JSON error: invalid value: integer `{value}`, expected u64 for field `{key}`{self.where}: {self.path}"
+                )
+            raise self._bad(key, value, f"an integer in [0, {maximum}]")
+        return value
+
+    def string(self, key: str) -> str:
+        if key not in self.doc:
+            raise self._missing(key)
+        value = self.doc[key]
+        if not isinstance(value, str):
+            raise self._bad(key, value, "a string")
+        return value
+
+    def sha256(self, key: str) -> str:
+        value = self.string(key)
+        if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+            raise self._bad(key, value, "64 lowercase hex digits")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        value = self.doc.get(key, default)
+        if type(value) not in (int, float) or not (value > 0) or value == float("inf"):
+            raise self._bad(key, value, "a positive finite number")
+        return float(value)
+
+    def array(self, key: str) -> list:
+        if key not in self.doc:
+            raise self._missing(key)
+        value = self.doc[key]
+        if not isinstance(value, list):
+            raise self._bad(key, value, "a sequence")
+        return value
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def read_manifest(cache_dir: Path) -> Manifest:
+    """Read and strictly parse `<cache_dir>/manifest.json`.
+
+    Raises MissingManifestError when absent (the directory is not a published cache) and
+    ManifestJSONError for malformed JSON, unsupported versions, missing or mistyped fields,
+    and hostile shard names (anything but NNNNNN.bin).
+    """
+    path = Path(cache_dir) / MANIFEST_NAME
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise MissingManifestError(f"missing manifest: {path}") from None
+    except NotADirectoryError:
+        raise MissingManifestError(f"missing manifest: {path}") from None
+    except IsADirectoryError:
+        raise ManifestJSONError(f"JSON error: manifest is a directory: {path}") from None
+    except OSError as exc:
+        from datasetrt.errors import CacheIOError
+
+        raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
+    return parse_manifest(raw, path)
+
+
+def parse_manifest(raw: bytes, path: Path) -> Manifest:
+    """Parse manifest bytes; `path` is only used in messages."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestJSONError(f"JSON error: manifest is not UTF-8 ({exc.reason}): {path}") from None
+    except json.JSONDecodeError as exc:
+        what = "EOF while parsing" if exc.pos >= len(raw.strip()) else "syntax error"
+        raise ManifestJSONError(f"JSON error: {what}: {exc.msg} at line {exc.lineno} column {exc.colno}: {path}") from None
+    top = _Fields(path, doc)
+    version = top.uint("format_version")
+    if version not in SUPPORTED_FORMAT_VERSIONS:
+        raise ManifestJSONError(f"JSON error: unsupported format version {version}: {path}")
+    cache_id = top.uint("cache_id", maximum=U64_MAX, required=version >= 3) if version >= 3 else None
+    source_name = top.string("source_name")
+    sample_count = top.uint("sample_count")
+    schema = []
+    seen: set[str] = set()
+    for i, item in enumerate(top.array("metadata_schema")):
+        f = _Fields(path, item, f" in metadata_schema[{i}]")
+        name, kind = f.string("name"), f.string("kind")
+        if kind not in METADATA_KINDS:
+            raise ManifestJSONError(
+                f"JSON error: unknown variant `{kind}`, expected one of `bool`, `int`, `float`, `string`"
+                f" in metadata_schema[{i}]: {path}"
+            )
+        if name in seen:
+            raise ManifestJSONError(f"JSON error: duplicate metadata column `{name}` in metadata_schema: {path}")
+        seen.add(name)
+        schema.append((name, kind))
+    shards = []
+    for i, item in enumerate(top.array("shards")):
+        f = _Fields(path, item, f" in shards[{i}]")
+        name = f.string("name")
+        if not SHARD_NAME_RE.match(name):
+            raise ManifestJSONError(
+                f"JSON error: invalid shard name {name!r} in shards[{i}] (expected NNNNNN.bin): {path}"
+            )
+        comp = _Fields(path, item.get("compression", {"algo": "none", "ratio": 1.0}), f" in shards[{i}].compression")
+        algo = comp.string("algo")
+        if algo not in ALGOS:
+            raise ManifestJSONError(
+                f"JSON error: unknown variant `{algo}`, expected one of `none`, `lz4`, `zstd`"
+                f" in shards[{i}].compression: {path}"
+            )
+        level = comp.doc.get("level")
+        if level is not None and (type(level) is not int or not -131072 <= level <= 22):
+            raise comp._bad("level", level, "a zstd level")
+        shards.append(
+            ShardEntry(
+                name=name,
+                uncompressed_byte_len=f.uint("uncompressed_byte_len"),
+                byte_len=f.uint("byte_len"),
+                algo=algo,
+                ratio=comp.number("ratio", 1.0),
+                sha256=f.sha256("sha256"),
+                level=level,
+            )
+        )
+    checksums = None
+    ext = doc.get(EXTENSION_KEY)
+    if isinstance(ext, dict) and "record_checksums" in ext:
+        f = _Fields(path, ext["record_checksums"], f" in {EXTENSION_KEY}.record_checksums")
+        file_name, algo = f.string("file"), f.string("algo")
+        if algo != CHECKSUM_ALGO or "/" in file_name or file_name in (".", "..") or "\0" in file_name:
+            raise f._bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
+        checksums = ChecksumSidecar(file=file_name, algo=algo, sha256=f.sha256("sha256"))
+    known = {
+        "format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
+        "metadata_sha256", "index_sha256", "shards", EXTENSION_KEY,
+    }
+    extra = {k: v for k, v in doc.items() if k not in known}
+    return Manifest(
+        format_version=version,
+        cache_id=cache_id,
+        source_name=source_name,
+        sample_count=sample_count,
+        metadata_schema=tuple(schema),
+        metadata_sha256=top.sha256("metadata_sha256"),
+        index_sha256=top.sha256("index_sha256"),
+        shards=tuple(shards),
+        checksums=checksums,
+        extra=extra,
+    )
+
+
+def new_manifest(**kwargs: Any) -> Manifest:
+    """A v3 manifest for a cache this process wrote."""
+    return Manifest(format_version=FORMAT_VERSION, **kwargs)

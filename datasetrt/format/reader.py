@@ -1,0 +1,203 @@
+"""Opening caches: manifest + shape checks at open, lazy index/sidecar maps, metadata, deep checks.
+
+Boundary: files of one cache directory -> `CacheHandle`. No tables beyond the raw pyarrow batch
+of metadata.arrow, no sampling, no processes.
+
+Open cost (default): one manifest read + parse and a handful of stat() calls; no payload, index
+or metadata bytes are read. `validate_deep()` adds the sha256 of every file, an eager decode of
+metadata.arrow against the manifest schema, and a vectorised check of every index entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from datasetrt._native.gather import MappedFile
+from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
+from datasetrt.format.layout import (
+    CHECKSUM_ROW_BYTES,
+    INDEX_NAME,
+    INDEX_ROW_BYTES,
+    METADATA_NAME,
+    SHARDS_DIR,
+)
+from datasetrt.format.manifest import Manifest, read_manifest
+
+CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
+HASH_CHUNK_BYTES = 8 << 20
+ARROW_KIND = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
+STRING_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+
+
+def _io_error(exc: OSError, path: Path) -> CacheIOError:
+    return CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}")
+
+
+def _stat_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as exc:
+        raise _io_error(exc, path) from None
+
+
+class CacheHandle:
+    """One opened cache directory.
+
+    Invariants after open: the manifest parsed; index.bin has exactly sample_count rows of 24
+    bytes; every shard exists with size == byte_len; metadata.arrow exists; the checksum
+    sidecar (if the manifest names one) has sample_count rows of 8 bytes. The index and
+    sidecar are mapped lazily, once, read-only and shared (MAP_SHARED) on first use.
+    """
+
+    __slots__ = ("path", "manifest", "_index", "_checksums")
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._index: MappedFile | None = None
+        self._checksums: MappedFile | None = None
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> CacheHandle:
+        """Read the manifest and check shapes (no content is read)."""
+        path = Path(path)
+        manifest = read_manifest(path)
+        index_size = _stat_size(path / INDEX_NAME)
+        if index_size % INDEX_ROW_BYTES:
+            raise CacheFormatError(f"index length is not divisible by row size: {path / INDEX_NAME}")
+        if index_size // INDEX_ROW_BYTES != manifest.sample_count:
+            raise CacheFormatError(
+                f"index row count does not match manifest: {path / INDEX_NAME} has "
+                f"{index_size // INDEX_ROW_BYTES} rows, manifest sample_count is {manifest.sample_count}"
+            )
+        for shard in manifest.shards:
+            shard_path = path / SHARDS_DIR / shard.name
+            if _stat_size(shard_path) != shard.byte_len:
+                raise CacheFormatError(f"shard length mismatch for {shard_path}")
+        _stat_size(path / METADATA_NAME)
+        if manifest.checksums is not None:
+            sidecar = path / manifest.checksums.file
+            if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
+                raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
+        return cls(path, manifest)
+
+    @property
+    def sample_count(self) -> int:
+        return self.manifest.sample_count
+
+    def index_map(self) -> MappedFile:
+        """The mapped index.bin (sample_count x 24 bytes)."""
+        if self._index is None:
+            mapped = MappedFile(self.path / INDEX_NAME)
+            if mapped.size != self.sample_count * INDEX_ROW_BYTES:
+                raise CacheFormatError(f"index row count does not match manifest: {self.path / INDEX_NAME} changed on disk")
+            self._index = mapped
+        return self._index
+
+    def checksum_map(self) -> MappedFile | None:
+        """The mapped checksum sidecar, or None for caches written without one (e.g. by dataset-rt)."""
+        if self.manifest.checksums is None:
+            return None
+        if self._checksums is None:
+            mapped = MappedFile(self.path / self.manifest.checksums.file)
+            if mapped.size != self.sample_count * CHECKSUM_ROW_BYTES:
+                raise CacheFormatError(f"checksum sidecar length mismatch for {mapped.path}")
+            self._checksums = mapped
+        return self._checksums
+
+    def index_array(self) -> np.ndarray:
+        """The index as a read-only (sample_count, 3) uint64 view of the mapping (zero copy)."""
+        return np.frombuffer(self.index_map(), dtype="<u8").reshape(-1, 3)
+
+    def shard_paths(self) -> list[Path]:
+        return [self.path / SHARDS_DIR / s.name for s in self.manifest.shards]
+
+    # -- metadata.arrow ---------------------------------------------------------------------
+
+    def read_metadata(self) -> pa.Table:
+        """Decode metadata.arrow and check it against the manifest (schema, kinds, row count).
+
+        Columns are returned in manifest (sorted) order, strings normalised to utf8, null-free
+        columns required. The whole file is read into memory and the file closed.
+        """
+        path = self.path / METADATA_NAME
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise _io_error(exc, path) from None
+        if len(data) < 12 or data[:6] != b"ARROW1" or data[-6:] != b"ARROW1":
+            raise CacheFormatError(f"invalid metadata Arrow footer: {path}")
+        try:
+            table = ipc.open_file(pa.py_buffer(data)).read_all()
+        except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+            raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
+        schema = self.manifest.metadata_schema
+        if table.num_columns != len(schema):
+            raise CacheFormatError(f"metadata batch column count does not match manifest: {path}")
+        columns = []
+        for name, kind in schema:
+            if name not in table.column_names:
+                raise CacheFormatError(f"metadata column '{table.column_names[len(columns)]}' does not match manifest schema: {path}")
+            column = table.column(name)
+            if kind == "string":
+                if column.type not in STRING_TYPES:
+                    raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
+                if column.type != pa.string():
+                    column = column.cast(pa.string())
+            elif column.type != ARROW_KIND[kind]:
+                raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
+            if column.null_count:
+                raise CacheFormatError(f"metadata column '{name}' contains null: {path}")
+            columns.append(column)
+        if table.num_rows != self.sample_count:
+            raise CacheFormatError(
+                f"metadata row count does not match manifest: {path} has {table.num_rows} rows, "
+                f"expected {self.sample_count}"
+            )
+        return pa.table(columns, names=[n for n, _ in schema])
+
+    # -- deep validation --------------------------------------------------------------------
+
+    def validate_deep(self) -> None:
+        """validate_cache=True: every sha256, metadata decode and schema, every index entry in range."""
+        m = self.manifest
+        _check_sha256(self.path / METADATA_NAME, m.metadata_sha256)
+        _check_sha256(self.path / INDEX_NAME, m.index_sha256)
+        for shard in m.shards:
+            _check_sha256(self.path / SHARDS_DIR / shard.name, shard.sha256)
+        if m.checksums is not None:
+            _check_sha256(self.path / m.checksums.file, m.checksums.sha256)
+        self.read_metadata()
+        index = self.index_array()
+        if len(index):
+            shard_ids, offsets, lengths = index[:, 0], index[:, 1], index[:, 2]
+            bad = np.flatnonzero(shard_ids >= len(m.shards))
+            if bad.size:
+                raise CacheFormatError(
+                    f"index references missing shard {int(shard_ids[bad[0]])}: {self.path / INDEX_NAME} row {int(bad[0])}"
+                )
+            shard_lens = np.array([s.byte_len for s in m.shards], dtype=np.uint64)[shard_ids.astype(np.int64)]
+            out = (offsets > shard_lens) | (lengths > shard_lens - np.minimum(offsets, shard_lens)) | (lengths < 8)
+            bad = np.flatnonzero(out)
+            if bad.size:
+                raise CacheFormatError(
+                    f"invalid binary record: index row {int(bad[0])} lies outside its shard: {self.path / INDEX_NAME}"
+                )
+
+
+def _check_sha256(path: Path, expected: str) -> None:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(HASH_CHUNK_BYTES):
+                digest.update(chunk)
+    except OSError as exc:
+        raise _io_error(exc, path) from None
+    if digest.hexdigest() != expected:
+        raise IntegrityError(f"checksum mismatch for {path}")

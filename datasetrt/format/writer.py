@@ -1,0 +1,545 @@
+"""Cache writer: source items -> staged cache files -> manifest last -> fsync -> atomic publish.
+
+Boundary: knows the byte layouts (via envelope/manifest/layout) and the filesystem; knows nothing
+of tables, sampling or reader processes.
+
+Publication protocol (one source):
+  1. take an exclusive flock on <base>/tmp/.<name>.lock (a second writer of the same name fails
+     fast; a stale staging dir left by a killed writer is recognised because its lock is free);
+  2. stage every file under <base>/tmp/<name>/, hashing while writing;
+  3. write metadata.arrow, index.bin, the checksum sidecar, then manifest.json LAST; fsync each
+     file and the staging directories;
+  4. rename <base>/tmp/<name> -> <base>/<name> with RENAME_NOREPLACE, fsync <base>.
+A failure at any step removes the staging dir; a published cache is never touched.
+
+Memory: bounded by the in-flight compression blocks (`prefetch_size` records), the shard write
+buffer (1 MiB) and the metadata columns (Arrow chunks of 65,536 rows plus one list chunk).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import sys
+import time
+from array import array
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from datasetrt._native import codec
+from datasetrt.config import ShardCompression, WriterConfig
+from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
+from datasetrt.format import envelope
+from datasetrt.format.durable import fsync_path, rename_noreplace
+from datasetrt.format.layout import (
+    CHECKSUM_ALGO,
+    CHECKSUMS_NAME,
+    INDEX_NAME,
+    MANIFEST_NAME,
+    METADATA_NAME,
+    SHARDS_DIR,
+    STAGING_DIR,
+    cache_id_for,
+    shard_name,
+)
+from datasetrt.format.manifest import ChecksumSidecar, ShardEntry, new_manifest
+from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+
+ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
+METADATA_CHUNK_ROWS = 65_536
+BLOCK_RECORDS = 256
+SHARD_BUFFER_BYTES = 1 << 20
+
+
+# ------------------------------------------------------------------------------------------------
+# Source names and the call-level checks
+# ------------------------------------------------------------------------------------------------
+
+
+def source_label(source: Any, position: int) -> tuple[str, str | None]:
+    """(label for results, validated name or None). The label is the name when it is usable."""
+    try:
+        name = source.name
+    except Exception as exc:  # noqa: BLE001 - a source's property may raise anything
+        return f"source[{position}]", f"CacheSource.name could not be read: {type(exc).__name__}: {exc}"
+    if not isinstance(name, str):
+        return f"source[{position}]", f"CacheSource.name must be a str, got {type(name).__name__}"
+    if name == "":
+        return f"source[{position}]", "CacheSource.name must not be empty"
+    if name in (".", "..") or "/" in name or "\0" in name:
+        return f"source[{position}]", "CacheSource.name must be a plain path segment"
+    if name == STAGING_DIR:
+        return name, f"CacheSource.name must not be '{STAGING_DIR}' (reserved for staging)"
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"source[{position}]", "CacheSource.name must be valid UTF-8"
+    if len(encoded) > 255:
+        return name[:40] + "...", "CacheSource.name is longer than 255 bytes (File name too long)"
+    return name, None
+
+
+def check_duplicate_names(sources: Sequence[Any], base: Path) -> None:
+    """Raise before writing anything when two sources would publish to the same directory."""
+    seen: set[str] = set()
+    for position, source in enumerate(sources):
+        name, problem = source_label(source, position)
+        if problem is None:
+            if name in seen:
+                raise DuplicateSourceError(f"duplicate generated cache path: {(base / name).absolute()}")
+            seen.add(name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Profiler
+# ------------------------------------------------------------------------------------------------
+
+
+class StageProfile:
+    """Per-stage counters (calls, total_ns, bytes) of one source; a no-op when disabled."""
+
+    STAGES = (
+        "compression", "disk_write", "finish_index", "finish_manifest", "finish_metadata",
+        "ingress_wait", "metadata_validate", "publish", "python_extract", "python_next",
+        "record_encode", "shard_flush",
+    )
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.stages = {name: [0, 0, 0] for name in self.STAGES}
+
+    @contextmanager
+    def stage(self, name: str, nbytes: int = 0) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        start = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            entry = self.stages[name]
+            entry[0] += 1
+            entry[1] += time.perf_counter_ns() - start
+            entry[2] += nbytes
+
+    def add(self, name: str, elapsed_ns: int, nbytes: int = 0) -> None:
+        if self.enabled:
+            entry = self.stages[name]
+            entry[0] += 1
+            entry[1] += elapsed_ns
+            entry[2] += nbytes
+
+    def to_json(self) -> list[dict]:
+        return [
+            {"name": name, "calls": c, "total_ns": t, "bytes": b} for name, (c, t, b) in sorted(self.stages.items())
+        ]
+
+
+# ------------------------------------------------------------------------------------------------
+# One source
+# ------------------------------------------------------------------------------------------------
+
+
+class _Compressor:
+    """Turns raw payloads into stored payloads for one compression policy (thread-confined)."""
+
+    def __init__(self, policy: ShardCompression) -> None:
+        self.algo = policy.algo
+        self._zstd = codec.ZstdCompressor(policy.level) if policy.algo == "zstd" else None
+
+    def __call__(self, payloads: list) -> list:
+        if self.algo == "lz4":
+            return [codec.lz4_compress(p) for p in payloads]
+        if self.algo == "zstd":
+            return [self._zstd.compress(p) for p in payloads]
+        return payloads
+
+
+class _StagedCache:
+    """Files of one cache being written under the staging directory; ordered commit of records."""
+
+    def __init__(self, staging: Path, name: str, config: WriterConfig, profile: StageProfile) -> None:
+        self.staging = staging
+        self.name = name
+        self.config = config
+        self.policy = config.shard_compression
+        self.profile = profile
+        (staging / SHARDS_DIR).mkdir(parents=True)
+        self.schema: envelope.MetadataSchema | None = None
+        self.index = array("Q")
+        self.checksums = array("Q")
+        self.columns: list[list] = []
+        self.column_chunks: list[list[pa.Array]] = []
+        self.shards: list[ShardEntry] = []
+        self._shard_file = None
+        self._shard_hash = None
+        self._shard_bytes = 0
+        self._shard_raw = 0
+        self.sample_count = 0
+        self.bytes_written = 0
+
+    # -- records ----------------------------------------------------------------------------
+
+    def accept_metadata(self, metadata: Any) -> tuple[bytes, tuple]:
+        if self.schema is None:
+            self.schema = envelope.MetadataSchema(envelope.check_metadata_mapping(metadata))
+            self.columns = [[] for _ in self.schema.names]
+            self.column_chunks = [[] for _ in self.schema.names]
+        return self.schema.encode(metadata)
+
+    def commit(self, jsons: list, stored: list, raw_lens: list, values: list) -> None:
+        """Append a block of encoded records in order (the only place records reach disk)."""
+        max_shard = self.config.max_shard_bytes
+        want_checksums = self.config.record_checksums
+        for js, payload, raw_len, row in zip(jsons, stored, raw_lens, values):
+            record = b"".join((len(js).to_bytes(8, "little"), js, payload))
+            rec_len = len(record)
+            if self._shard_file is None or (self._shard_bytes > 0 and self._shard_bytes + rec_len > max_shard):
+                self._rotate()
+            self.index.append(len(self.shards))
+            self.index.append(self._shard_bytes)
+            self.index.append(rec_len)
+            if want_checksums:
+                self.checksums.append(codec.xxh3_64(record))
+            self._shard_file.write(record)
+            self._shard_hash.update(record)
+            self._shard_bytes += rec_len
+            self._shard_raw += raw_len
+            self.bytes_written += rec_len
+            for column, value in zip(self.columns, row):
+                column.append(value)
+            self.sample_count += 1
+        if self.columns and len(self.columns[0]) >= METADATA_CHUNK_ROWS:
+            self._flush_columns()
+
+    def _flush_columns(self) -> None:
+        assert self.schema is not None
+        for chunks, column, kind in zip(self.column_chunks, self.columns, self.schema.kinds):
+            if column:
+                chunks.append(pa.array(column, type=ARROW_TYPES[kind]))
+                column.clear()
+
+    # -- shards -----------------------------------------------------------------------------
+
+    def _rotate(self) -> None:
+        self._close_shard()
+        path = self.staging / SHARDS_DIR / shard_name(len(self.shards))
+        self._shard_file = open(path, "wb", buffering=SHARD_BUFFER_BYTES)  # noqa: SIM115 - closed in _close_shard
+        self._shard_hash = hashlib.sha256()
+        self._shard_bytes = 0
+        self._shard_raw = 0
+
+    def _close_shard(self) -> None:
+        if self._shard_file is None:
+            return
+        start = time.perf_counter_ns()
+        f = self._shard_file
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        self._shard_file = None
+        algo = self.policy.algo
+        self.shards.append(
+            ShardEntry(
+                name=shard_name(len(self.shards)),
+                uncompressed_byte_len=self._shard_raw,
+                byte_len=self._shard_bytes,
+                algo=algo,
+                ratio=self.policy.ratio,
+                sha256=self._shard_hash.hexdigest(),
+                level=self.policy.level if algo == "zstd" else None,
+            )
+        )
+        self.profile.add("shard_flush", time.perf_counter_ns() - start, self._shard_bytes)
+
+    def abort(self) -> None:
+        if self._shard_file is not None:
+            self._shard_file.close()
+            self._shard_file = None
+
+    # -- finish -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Write metadata, index, sidecar and manifest (last), all fsynced."""
+        if self.sample_count == 0:
+            raise SourceError("cache source yielded no samples")
+        assert self.schema is not None
+        self._close_shard()
+        with self.profile.stage("finish_metadata"):
+            self._flush_columns()
+            arrays = [pa.chunked_array(chunks, type=ARROW_TYPES[kind]).combine_chunks()
+                      for chunks, kind in zip(self.column_chunks, self.schema.kinds)]
+            fields = [pa.field(n, ARROW_TYPES[k], nullable=False) for n, k in self.schema.items]
+            batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+            metadata_sha = self._write_file(METADATA_NAME, _arrow_file_bytes(batch))
+        with self.profile.stage("finish_index"):
+            index_sha = self._write_file(INDEX_NAME, _le_bytes(self.index))
+            sidecar = None
+            if self.config.record_checksums:
+                sidecar = ChecksumSidecar(CHECKSUMS_NAME, CHECKSUM_ALGO, self._write_file(CHECKSUMS_NAME, _le_bytes(self.checksums)))
+        with self.profile.stage("finish_manifest"):
+            manifest = new_manifest(
+                cache_id=cache_id_for(self.name),
+                source_name=self.name,
+                sample_count=self.sample_count,
+                metadata_schema=tuple(self.schema.items),
+                metadata_sha256=metadata_sha,
+                index_sha256=index_sha,
+                shards=tuple(self.shards),
+                checksums=sidecar,
+            )
+            self._write_file(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
+            fsync_path(self.staging / SHARDS_DIR)
+            fsync_path(self.staging)
+
+    def _write_file(self, name: str, data: bytes) -> str:
+        path = self.staging / name
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return hashlib.sha256(data).hexdigest()
+
+
+def _le_bytes(values: array) -> bytes:
+    if sys.byteorder != "little":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _arrow_file_bytes(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+@contextmanager
+def _staging_lock(base: Path, name: str) -> Iterator[Path]:
+    """Exclusive per-name writer lock; yields a fresh, empty staging dir (stale ones recovered)."""
+    tmp = base / STAGING_DIR
+    tmp.mkdir(parents=True, exist_ok=True)
+    lock_path = tmp / f".{name}.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SourceError(f"another process is writing cache {name!r} into {base.absolute()}") from None
+        staging = tmp / name
+        if staging.exists() or staging.is_symlink():
+            _remove(staging)  # stale: its writer died (its lock is free)
+        staging.mkdir()
+        try:
+            yield staging
+        finally:
+            _remove(staging)
+            try:
+                os.unlink(lock_path)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class SourceWriter:
+    """Writes one source to <base>/<name>; returns the result as a value (never raises for input).
+
+    KeyboardInterrupt and SystemExit propagate after the staging dir is removed.
+    """
+
+    def __init__(self, base: Path, config: WriterConfig, pool: Executor | None, progress: Any) -> None:
+        self.base = base
+        self.config = config
+        self.pool = pool
+        self.progress = progress
+
+    def write(self, source: Any, name: str) -> tuple[CacheWriteResult, StageProfile]:
+        profile = StageProfile(self.config.profiler.enabled)
+        target = self.base / name
+        if os.path.lexists(target):
+            return CacheWriteError(name, f"cache path already exists: {target.absolute()}"), profile
+        try:
+            with _staging_lock(self.base, name) as staging:
+                staged = _StagedCache(staging, name, self.config, profile)
+                try:
+                    self._ingest(source, staged, profile)
+                    staged.finish()
+                finally:
+                    staged.abort()
+                with profile.stage("publish"):
+                    try:
+                        rename_noreplace(staging, target)
+                    except FileExistsError:
+                        return CacheWriteError(name, f"cache path already exists: {target.absolute()}"), profile
+                    fsync_path(self.base)
+        except (DatasetRTError, ValueError) as exc:
+            return CacheWriteError(name, str(exc)), profile
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            return CacheWriteError(name, f"I/O error: {exc.strerror or exc} (os error {exc.errno}){where}"), profile
+        return CacheWriteSuccess(name, target), profile
+
+    def _ingest(self, source: Any, staged: _StagedCache, profile: StageProfile) -> None:
+        compress = _Compressor(self.config.shard_compression)
+        block_limit = max(1, min(BLOCK_RECORDS, self.config.prefetch_size))
+        # Ordered commit: at most `max_inflight` compressed blocks wait in this deque.
+        max_inflight = max(1, self.config.prefetch_size // block_limit) + 1
+        inflight: deque[tuple[Future | list, list, list, list]] = deque()
+        try:
+            iterator = iter(source)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any source failure is a per-source error value
+            raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
+        jsons: list = []
+        payloads: list = []
+        raw_lens: list = []
+        values: list = []
+        for item in _guarded(iterator, profile):
+            with profile.stage("python_extract"):
+                data, metadata = envelope.unpack_input(item)
+                view = envelope.as_payload(data)
+            with profile.stage("metadata_validate"):
+                js, row = staged.accept_metadata(metadata)
+            jsons.append(js)
+            payloads.append(view)
+            raw_lens.append(view.nbytes)
+            values.append(row)
+            if len(jsons) >= block_limit:
+                self._submit(compress, inflight, jsons, payloads, raw_lens, values, profile)
+                jsons, payloads, raw_lens, values = [], [], [], []
+                while len(inflight) >= max_inflight:
+                    self._drain_one(inflight, staged, profile)
+        if jsons:
+            self._submit(compress, inflight, jsons, payloads, raw_lens, values, profile)
+        while inflight:
+            self._drain_one(inflight, staged, profile)
+
+    def _submit(self, compress, inflight, jsons, payloads, raw_lens, values, profile) -> None:
+        if compress.algo == "none":
+            inflight.append((payloads, jsons, raw_lens, values))
+        elif self.pool is not None:
+            # Each pooled task gets its own compressor: zstd contexts are not thread-safe.
+            policy = self.config.shard_compression
+            inflight.append((self.pool.submit(_compress_block, policy, payloads), jsons, raw_lens, values))
+        else:
+            start = time.perf_counter_ns()
+            stored = compress(payloads)
+            profile.add("compression", time.perf_counter_ns() - start, sum(raw_lens))
+            inflight.append((stored, jsons, raw_lens, values))
+
+    def _drain_one(self, inflight, staged: _StagedCache, profile: StageProfile) -> None:
+        stored, jsons, raw_lens, values = inflight.popleft()
+        if isinstance(stored, Future):
+            stored = stored.result()
+        before = staged.bytes_written
+        start = time.perf_counter_ns()
+        staged.commit(jsons, stored, raw_lens, values)
+        profile.add("disk_write", time.perf_counter_ns() - start, staged.bytes_written - before)
+        if self.progress is not None:
+            self.progress.advance(len(jsons), staged.bytes_written - before)
+
+
+def _compress_block(policy: ShardCompression, payloads: list) -> list:
+    return _Compressor(policy)(payloads)
+
+
+def _guarded(iterator: Iterator, profile: StageProfile) -> Iterator:
+    """Iterate a source, turning its exceptions (not interrupts) into SourceError."""
+    while True:
+        start = time.perf_counter_ns()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
+        profile.add("python_next", time.perf_counter_ns() - start)
+        yield item
+
+
+# ------------------------------------------------------------------------------------------------
+# Many sources
+# ------------------------------------------------------------------------------------------------
+
+
+def write_sources(
+    sources: Iterable[Any],
+    base: Path,
+    config: WriterConfig,
+    *,
+    pool: Executor | None,
+    progress: Any,
+    reuse_existing: bool = False,
+    check_reused: Any = None,
+) -> tuple[list[CacheWriteResult], list[tuple[str, StageProfile]]]:
+    """Write each source in order; per-source failures are values and later sources continue.
+
+    `check_reused(name, path) -> str | None` validates an existing cache when `reuse_existing`
+    (None = fine, else the error message).
+    """
+    sources = list(sources)
+    base = Path(base)
+    if not sources:
+        return [], []
+    check_duplicate_names(sources, base)
+    if base.exists() and not base.is_dir():
+        msg = f"I/O error: Not a directory (os error 20): {base}"
+        return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = f"I/O error: {exc.strerror} (os error {exc.errno}): {base}"
+        return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
+    writer = SourceWriter(base, config, pool, progress)
+    results: list[CacheWriteResult] = []
+    profiles: list[tuple[str, StageProfile]] = []
+    for position, source in enumerate(sources):
+        label, problem = source_label(source, position)
+        if problem is not None:
+            results.append(CacheWriteError(label, problem))
+        elif reuse_existing and os.path.lexists(base / label):
+            problem = check_reused(label, base / label) if check_reused is not None else None
+            results.append(CacheWriteError(label, problem) if problem else CacheWriteSuccess(label, base / label))
+        else:
+            result, profile = writer.write(source, label)
+            results.append(result)
+            profiles.append((label, profile))
+        if progress is not None:
+            progress.source_done()
+    return results, profiles
+
+
+def write_profile(path: Path, elapsed_ns: int, profiles: list[tuple[str, StageProfile]]) -> None:
+    """The WriterProfilerConfig JSON (dataset-rt's layout, format_version 1)."""
+    import json
+
+    doc = {
+        "format_version": 1,
+        "elapsed_ns": elapsed_ns,
+        "sources": [{"source_name": name, "stages": p.to_json()} for name, p in profiles],
+    }
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+__all__ = ["SourceWriter", "StageProfile", "write_profile", "write_sources", "CacheIOError"]

@@ -1,0 +1,127 @@
+"""Public record types: what sources yield, what readers return, what writes report.
+
+Boundary: plain data holders; no I/O. Every class reports `__module__ == "datasetrt.api"` so pickles
+name the stable public path, as dataset-rt's do for `dataset_rt.api`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeVar, Union, runtime_checkable
+
+if TYPE_CHECKING:
+    from datasetrt.dataset import CachedDataset
+
+BytesLike = Union[bytes, bytearray, memoryview]
+MetadataValue = Union[bool, int, float, str]
+Metadata = Mapping[str, MetadataValue]
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+class CacheInput(NamedTuple):
+    """One sample as a source yields it: payload bytes and flat primitive metadata."""
+
+    data: BytesLike
+    metadata: Metadata
+
+
+class CachedSample(NamedTuple):
+    """One sample as read back. `metadata` is parsed from the record's embedded JSON, keys sorted."""
+
+    data: bytes
+    metadata: dict
+    cache_id: int
+    sample_id: int
+
+
+class CacheWriteSuccess(NamedTuple):
+    source_name: str
+    path: Path
+
+
+class CacheWriteError(NamedTuple):
+    source_name: str
+    message: str
+
+
+CacheWriteResult = Union[CacheWriteSuccess, CacheWriteError]
+
+
+class CacheSourcesDatasetSuccess(NamedTuple):
+    dataset: "CachedDataset"
+    results: list
+
+
+class CacheSourcesDatasetError(NamedTuple):
+    results: list
+    message: str
+
+
+CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
+
+
+@runtime_checkable
+class CacheSource(Protocol):
+    """A named iterable of CacheInput. The name becomes the cache directory and its v3 cache_id."""
+
+    name: str
+
+    def __iter__(self) -> Iterator[CacheInput]: ...
+
+
+@runtime_checkable
+class SizedTorchIterableDataset(Protocol):
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __len__(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Ok(Generic[T]):
+    value: T
+
+
+@dataclass(frozen=True)
+class Err(Generic[E]):
+    error: E
+
+
+Result = Union[Ok[T], Err[E]]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateEntry:
+    path: Path
+    cache_id: int
+    status: Literal["updated", "unchanged", "durability_unknown"]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateReport:
+    entries: tuple
+
+
+@dataclass(frozen=True)
+class AbsentManifestTarget:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ManifestUpdateError:
+    path: Union[Path, AbsentManifestTarget]
+    message: str
+    entries: tuple = ()
+
+
+PUBLIC_RECORDS = (
+    CacheInput, CachedSample, CacheWriteSuccess, CacheWriteError, CacheSourcesDatasetSuccess,
+    CacheSourcesDatasetError, CacheSource, SizedTorchIterableDataset, Ok, Err, ManifestUpdateEntry,
+    ManifestUpdateReport, AbsentManifestTarget, ManifestUpdateError,
+)
+for _cls in PUBLIC_RECORDS:
+    _cls.__module__ = "datasetrt.api"
+del _cls

@@ -1,0 +1,86 @@
+"""Pure planning: which (cache position, sample_id) each position of an iterator window reads.
+
+Boundary: numpy in, numpy out; no I/O. Bit-compatible with dataset-rt 0.4.8 (docs/determinism.md):
+* ordered: window rows (start + k) mod n_rows over the population;
+* shuffled, physical population (no update_metadata yet): draw d picks global physical index
+  uniform_draws(seed, N, d) — ChaCha8 per draw, computed in the native kernel in blocks;
+* shuffled, active population (after update_metadata): weighted_draws over the active rows.
+Windows are generated lazily in blocks, so an epoch of any length costs O(block) memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from datasetrt._native import draws
+from datasetrt.table.catalog import CacheCatalog
+from datasetrt.table.metadata import ActiveRows
+
+
+class Population:
+    """The rows a window draws from: either all physical samples or the validated active rows."""
+
+    def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None) -> None:
+        self.catalog = catalog
+        self.active = active
+        self._cum: np.ndarray | None = None
+        self._scale = 0.0
+
+    def __len__(self) -> int:
+        return len(self.active) if self.active is not None else self.catalog.total
+
+    @property
+    def weighted(self) -> bool:
+        """True once an active table exists: shuffled draws use WeightedIndex, as dataset-rt."""
+        return self.active is not None
+
+    def resolve(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Population rows -> (cache position int64, sample_id uint64)."""
+        if self.active is None:
+            return self.catalog.locate(rows)
+        return self.active.cache_pos[rows], self.active.sample_id[rows]
+
+    def cumulative(self) -> tuple[np.ndarray, float]:
+        """(cum, scale) of the weights for weighted draws; computed once per population."""
+        assert self.active is not None
+        if self._cum is None:
+            self._cum, self._scale = draws.weighted_cumulative(self.active.weights)
+        return self._cum, self._scale
+
+
+@dataclass(frozen=True)
+class Window:
+    """One iterator's reserved window: `length` rows starting at `start` (cursor or draw index)."""
+
+    population: Population
+    shuffle: bool
+    seed: int
+    start: int
+    length: int
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        """Population rows for window positions [first, first+count)."""
+        n = len(self.population)
+        if not self.shuffle:
+            return (np.arange(first, first + count, dtype=np.int64) + self.start) % n
+        begin = (self.start + first) & 0xFFFFFFFFFFFFFFFF
+        if self.population.weighted:
+            cum, scale = self.population.cumulative()
+            return draws.weighted_draws(self.seed, cum, scale, begin, count).astype(np.int64)
+        return draws.uniform_draws(self.seed, n, begin, count).astype(np.int64)
+
+    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(cache position, sample_id) arrays for consecutive blocks of the window, in plan order."""
+        for first in range(0, self.length, block_rows):
+            count = min(block_rows, self.length - first)
+            yield self.population.resolve(self.rows(first, count))
+
+
+def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:
+    """Dataset position after reserving a window: cursor + len mod n (ordered), or draw + len."""
+    if shuffle:
+        return (position + length) & 0xFFFFFFFFFFFFFFFF
+    return (position + length) % n_rows

@@ -1,0 +1,56 @@
+"""Cache identity catalog: cache_id <-> position in paths, per-cache sample counts and offsets.
+
+Boundary: numpy only. Positions follow the order of the dataset's paths; the physical row order
+is caches in path order, samples in sample_id order within each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from datasetrt.errors import CacheFormatError
+
+
+class CacheCatalog:
+    """Invariants: `cache_ids` unique (uint64), `counts` >= 0 (int64), `offsets[k]` = first global
+    physical index of cache k, `offsets[-1]` = total. Lookups are O(log caches) vectorised."""
+
+    __slots__ = ("cache_ids", "counts", "offsets", "_order", "_sorted_ids")
+
+    def __init__(self, cache_ids: list[int], counts: list[int], labels: list[str]) -> None:
+        self.cache_ids = np.asarray(cache_ids, dtype=np.uint64)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=self.offsets[1:])
+        self._order = np.argsort(self.cache_ids, kind="stable")
+        self._sorted_ids = self.cache_ids[self._order]
+        dup = np.flatnonzero(self._sorted_ids[1:] == self._sorted_ids[:-1])
+        if dup.size:
+            cid = int(self._sorted_ids[dup[0]])
+            where = [labels[i] for i in np.flatnonzero(self.cache_ids == cid)]
+            raise CacheFormatError(f"duplicate cache_id {cid}: {', '.join(map(str, where))}")
+
+    def __len__(self) -> int:
+        return len(self.cache_ids)
+
+    @property
+    def total(self) -> int:
+        return int(self.offsets[-1])
+
+    def positions(self, cache_ids: np.ndarray) -> np.ndarray:
+        """Positions (int64) of the given ids; -1 where unknown."""
+        ids = np.asarray(cache_ids, dtype=np.uint64)
+        where = np.searchsorted(self._sorted_ids, ids)
+        where = np.minimum(where, len(self._sorted_ids) - 1)
+        found = self._sorted_ids[where] == ids
+        return np.where(found, self._order[where], -1).astype(np.int64)
+
+    def position(self, cache_id: int) -> int:
+        """Position of one id, or -1."""
+        return int(self.positions(np.array([cache_id], dtype=np.uint64))[0])
+
+    def locate(self, physical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Global physical indexes -> (cache position int64, sample_id uint64)."""
+        idx = np.asarray(physical, dtype=np.int64)
+        pos = np.searchsorted(self.offsets, idx, side="right") - 1
+        return pos, (idx - self.offsets[pos]).astype(np.uint64)
