@@ -1,0 +1,68 @@
+"""Shared fixtures: deterministic sources and small caches written by datasetrt.
+
+`ListSource(name, items)` yields the given (data, metadata) pairs; `sample_items(n, ...)` makes a
+deterministic mix of payload sizes and the four metadata kinds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import datasetrt as drt
+
+
+class ListSource:
+    """A CacheSource over a list of (data, metadata) items."""
+
+    def __init__(self, name, items):
+        self.name = name
+        self.items = list(items)
+
+    def __iter__(self):
+        for data, metadata in self.items:
+            yield drt.CacheInput(data, metadata)
+
+    def __len__(self):
+        return len(self.items)
+
+
+def sample_items(n: int, *, seed: int = 0, payload_bytes: int | None = None, tag: str = "s"):
+    """n deterministic (payload, metadata) pairs; payload sizes vary 0..300 unless fixed."""
+    items = []
+    for i in range(n):
+        size = payload_bytes if payload_bytes is not None else (i * 37 + seed) % 301
+        payload = bytes((i * 7 + j + seed) % 251 for j in range(size)) if size < 512 else (f"{tag}{i}:".encode() * size)[:size]
+        meta = {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25 + seed}
+        items.append((payload, meta))
+    return items
+
+
+QUIET = drt.WriterConfig(show_progress=False)
+
+
+def writer_config(algo: str = "none", **kw) -> drt.WriterConfig:
+    return drt.WriterConfig(show_progress=False, shard_compression=drt.ShardCompression(algo=algo), **kw)
+
+
+@pytest.fixture
+def runtime():
+    rt = drt.DatasetRuntime(num_workers=2)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture
+def write_caches(tmp_path, runtime):
+    """write_caches({name: n_samples, ...}, algo=...) -> list of cache paths (in dict order)."""
+
+    def _write(spec: dict[str, int], algo: str = "none", base: Path | None = None, **kw) -> list[Path]:
+        base = base or tmp_path / "caches"
+        sources = [ListSource(name, sample_items(n, seed=k, tag=name)) for k, (name, n) in enumerate(spec.items())]
+        results = runtime.write_cache(sources, base, writer_config=writer_config(algo, **kw))
+        for r in results:
+            assert isinstance(r, drt.CacheWriteSuccess), r
+        return [r.path for r in results]
+
+    return _write
