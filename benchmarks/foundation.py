@@ -1,0 +1,172 @@
+"""Foundation benchmark: datasetrt vs dataset-rt 0.4.8, same data, same process run.
+
+Workloads (reference §5's micro-benchmark shapes):
+  write   N x 4 KiB records, none and lz4                     -> payload MiB/s
+  read    per-sample iteration of the same caches, ordered and shuffled, none and lz4 -> samples/s
+          plus the physical limit: one pread of every shard byte from the page cache
+  open    K small caches (hard links of one cache under distinct names)  -> seconds
+Before timing, both libraries' outputs are checked to be the same samples in the same order.
+
+Usage: python -m benchmarks.foundation [--quick] [--repeats R] [--out bench-out/foundation.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import dataset_rt
+
+import datasetrt
+from benchmarks.common import Measurement, PayloadSource, machine_facts, ratio_table, repeat, save_json, timed
+
+LIBS = {"datasetrt": datasetrt, "dataset-rt 0.4.8": dataset_rt}
+OURS = "datasetrt"
+
+
+def write_once(lib, base: Path, count: int, payload_bytes: int, algo: str, name: str = "bench") -> Path:
+    rt = lib.DatasetRuntime(num_workers=1)
+    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo))
+    [result] = rt.write_cache([PayloadSource(name, count, payload_bytes, lib.CacheInput)], base, writer_config=cfg)
+    assert isinstance(result, lib.CacheWriteSuccess), result
+    return Path(result.path)
+
+
+def bench_write(workdir: Path, count: int, payload_bytes: int, repeats: int) -> list[Measurement]:
+    out = []
+    mib = count * payload_bytes / 2**20
+    for algo in ("none", "lz4"):
+        for label, lib in LIBS.items():
+            m = Measurement(f"write {count}x{payload_bytes // 1024} KiB {algo}", label, "MiB/s")
+            runs = []
+
+            def run() -> float:
+                base = workdir / f"w-{len(runs)}-{label.split()[0]}-{algo}"
+                runs.append(base)
+                seconds = timed(lambda: write_once(lib, base, count, payload_bytes, algo))
+                shutil.rmtree(base)
+                return mib / seconds
+
+            m.values = repeat(run, repeats)
+            out.append(m)
+    return out
+
+
+def iterate_all(ds) -> int:
+    n = 0
+    for _ in ds:
+        n += 1
+    return n
+
+
+def digest(ds) -> str:
+    h = hashlib.sha256()
+    for s in ds:
+        h.update(s.data)
+        h.update(json.dumps(s.metadata, sort_keys=True).encode())
+        h.update(f"{s.cache_id}:{s.sample_id}".encode())
+    return h.hexdigest()
+
+
+def page_cache_limit(cache: Path, count: int, repeats: int) -> list[float]:
+    """samples/s equivalent of reading every shard byte once with pread into one buffer."""
+    shards = sorted((cache / "shards").iterdir())
+    sizes = [p.stat().st_size for p in shards]
+    buf = bytearray(max(sizes))
+
+    def run() -> float:
+        def read_all() -> None:
+            for path, size in zip(shards, sizes):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.preadv(fd, [memoryview(buf)[:size]], 0)
+                finally:
+                    os.close(fd)
+
+        return count / timed(read_all)
+
+    return repeat(run, repeats)
+
+
+def bench_read(workdir: Path, count: int, payload_bytes: int, repeats: int) -> list[Measurement]:
+    out = []
+    for algo in ("none", "lz4"):
+        cache = write_once(datasetrt, workdir / f"r-{algo}", count, payload_bytes, algo)
+        for shuffle in (False, True):
+            workload = f"read {count}x{payload_bytes // 1024} KiB {algo} {'shuffled' if shuffle else 'ordered'}"
+            datasets = {}
+            for label, lib in LIBS.items():
+                rt = lib.DatasetRuntime(num_workers=1)
+                datasets[label] = rt.cached_dataset([cache], reader_config=lib.ReaderConfig(seed=7, shuffle=shuffle))
+            digests = {label: digest(ds) for label, ds in datasets.items()}
+            assert len(set(digests.values())) == 1, f"{workload}: contenders disagree: {digests}"
+            for label, ds in datasets.items():
+                m = Measurement(workload, label, "samples/s")
+                m.values = repeat(lambda ds=ds: count / timed(lambda: iterate_all(ds)), repeats)
+                out.append(m)
+            if algo == "none" and not shuffle:
+                out.append(Measurement(workload, "page-cache pread (limit)", "samples/s", page_cache_limit(cache, count, repeats)))
+    return out
+
+
+def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
+    """`how_many` valid caches: hard links of one small cache's files, each with its own manifest
+    (source_name and v3 cache_id rewritten), so ids are distinct and every file is a real cache."""
+    seed = write_once(datasetrt, workdir / "seed", 8, 64, "none", name="seed")
+    manifest = json.loads((seed / "manifest.json").read_text())
+    base = workdir / "many"
+    base.mkdir()
+    paths = []
+    for i in range(how_many):
+        name = f"c{i:05d}"
+        d = base / name
+        (d / "shards").mkdir(parents=True)
+        for rel in ("index.bin", "metadata.arrow", "checksums.xxh3", *(f"shards/{s['name']}" for s in manifest["shards"])):
+            os.link(seed / rel, d / rel)
+        doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
+        (d / "manifest.json").write_text(json.dumps(doc, indent=2))
+        paths.append(d)
+    return paths
+
+
+def bench_open(workdir: Path, how_many: int, repeats: int) -> list[Measurement]:
+    import datasetrt.format.layout  # noqa: F401 - used by make_many_caches
+
+    paths = make_many_caches(workdir, how_many)
+    out = []
+    for label, lib in LIBS.items():
+        rt = lib.DatasetRuntime(num_workers=1)
+        m = Measurement(f"open {how_many} caches", label, "s", higher_is_better=False)
+        m.values = repeat(lambda: timed(lambda: rt.cached_dataset(paths, reader_config=lib.ReaderConfig(seed=1))), repeats)
+        out.append(m)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke): 2048 records, 500 caches")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/foundation.json"))
+    args = parser.parse_args()
+    count = 2048 if args.quick else 16384
+    caches = 500 if args.quick else 10_000
+    repeats = args.repeats or (2 if args.quick else 5)
+    workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-"))
+    try:
+        ms = bench_write(workdir, count, 4096, repeats)
+        ms += bench_read(workdir, count, 4096, repeats)
+        ms += bench_open(workdir, caches, max(1, repeats // 2 + 1))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"machine: {machine_facts()}")
+    print(ratio_table(ms, OURS))
+    save_json(args.out, ms, {"benchmark": "foundation", "quick": args.quick, "repeats": repeats})
+
+
+if __name__ == "__main__":
+    main()
