@@ -8,6 +8,7 @@ table, the planner and the reader together and owns the dataset-level sampling s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -48,10 +49,14 @@ from datasetrt.records import (
     ManifestUpdateReport,
     Ok,
 )
+from datasetrt._native.gather import slice_records
 from datasetrt.runtime.local import LocalReader
-from datasetrt.sampling.planner import Population, Window, advance
+from datasetrt.runtime.memory import default_memory_limit_bytes
+from datasetrt.runtime.pool import WorkerPool
+from datasetrt.runtime.run import ParallelRun
+from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
-from datasetrt.table.metadata import ActiveRows, physical_table, validate_update
+from datasetrt.table.metadata import physical_table, validate_update
 
 READ_BLOCK_ROWS = 256
 
@@ -114,6 +119,10 @@ class CachedDataset:
         self._lock = threading.Lock()
         self._readers = threading.local()
         self._validation_tables: dict[int, Any] = {}
+        self._labels = [str(h.path) for h in self._handles]
+        self._largest_record: int | None = None
+        key = "\0".join(str(h.path.absolute()) for h in self._handles) + f"\0{reader_config.verify_records}"
+        self._dataset_key = hashlib.sha256(key.encode()).hexdigest()[:24]
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -161,15 +170,59 @@ class CachedDataset:
 
     def _iterate(self) -> Iterator[CachedSample]:
         window = self._reserve()
-        reader = self._reader()
         cache_ids = self._catalog.cache_ids
+        if self._runtime is not None and self._runtime.parallel_reads:
+            run = self._parallel_run(window)
+            try:
+                for chunk in run:
+                    try:
+                        datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
+                                                     chunk.data_off, chunk.data_len, chunk.rows)
+                    except UnicodeDecodeError as exc:
+                        raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
+                    yield from self._to_samples(datas, jsons, chunk.cache_pos, chunk.sample_id, cache_ids)
+            finally:
+                run.close()
+            return
+        reader = self._reader()
         for cache_pos, sample_id in window.blocks(READ_BLOCK_ROWS):
             yield from self._samples(reader, cache_pos, sample_id, cache_ids)
+
+    def _parallel_run(self, window: Window) -> ParallelRun:
+        """Start a multiprocess read of `window` on the runtime's workers."""
+        cfg = self.reader_config
+        return ParallelRun(
+            self._runtime._reader_pool(),
+            dataset_key=self._dataset_key,
+            cache_dirs=[str(h.path.absolute()) for h in self._handles],
+            counts=self._catalog.counts.tolist(),
+            verify_records=cfg.verify_records,
+            window=window,
+            prefetch_size=cfg.prefetch_size,
+            max_record_bytes=self._max_record_bytes(),
+            memory_limit_bytes=cfg.memory_limit_bytes or default_memory_limit_bytes(),
+            timeout_s=cfg.worker_timeout_s,
+            fallback=self._reader(),
+        )
+
+    def _max_record_bytes(self) -> int:
+        """Largest stored record over all caches (one vectorised pass over each index, cached)."""
+        if self._largest_record is None:
+            largest = 0
+            for handle in self._handles:
+                if handle.sample_count:
+                    largest = max(largest, int(handle.index_array()[:, 2].max()))
+            self._largest_record = largest
+        return self._largest_record
 
     def _samples(self, reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray,
                  cache_ids: np.ndarray) -> list[CachedSample]:
         datas, jsons = _read_checked(reader, cache_pos, sample_id)
-        metas = _parse_metadata(jsons, reader.labels, cache_pos, sample_id)
+        return self._to_samples(datas, jsons, cache_pos, sample_id, cache_ids)
+
+    def _to_samples(self, datas: list, jsons: list, cache_pos: np.ndarray, sample_id: np.ndarray,
+                    cache_ids: np.ndarray) -> list[CachedSample]:
+        metas = _parse_metadata(jsons, self._labels, cache_pos, sample_id)
         if self.reader_config.validate_cache:
             self._compare_embedded(metas, cache_pos, sample_id)
         return list(map(CachedSample, datas, metas, cache_ids[cache_pos].tolist(), sample_id.tolist()))
@@ -240,8 +293,14 @@ class CachedDataset:
             return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
                                            "unsupported manifest migration target; expected integer 3"))
         entries: list[ManifestUpdateEntry] = []
+        targets = [h.path.resolve() / MANIFEST_NAME for h in self._handles]
+        seen: set[Path] = set()
+        for target in targets:
+            if target in seen:
+                return Err(ManifestUpdateError(target, "duplicate migration target or cache_id", ()))
+            seen.add(target)
         for pos, handle in enumerate(self._handles):
-            path = handle.path / MANIFEST_NAME
+            path = targets[pos]
             cache_id = int(self._catalog.cache_ids[pos])
             try:
                 doc = json.loads(path.read_text())
@@ -251,8 +310,8 @@ class CachedDataset:
                 migrated = {"format_version": 3, "cache_id": cache_id}
                 migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
                 tmp = path.with_name(MANIFEST_NAME + ".partial")
-                with open(tmp, "w") as f:
-                    f.write(json.dumps(migrated, indent=2) + "\n")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(json.dumps(migrated, indent=2, ensure_ascii=False) + "\n")
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -354,17 +413,35 @@ class DatasetRuntime:
     `num_workers` threads compress during writes (the native codecs release the GIL).
     """
 
-    __slots__ = ("_num_workers", "_pool", "__weakref__")
+    __slots__ = ("_num_workers", "_pool", "_readers", "_start_method", "parallel_reads", "__weakref__")
 
-    def __init__(self, *, num_workers: int) -> None:
+    def __init__(self, *, num_workers: int, start_method: str | None = None, parallel_reads: bool = True) -> None:
         if isinstance(num_workers, float) or not isinstance(num_workers, int):
             raise ArgumentTypeError(f"num_workers must be an integer, got {type(num_workers).__name__}")
         if num_workers < 0:
             raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
         if num_workers == 0:
             raise ConfigError("num_workers must be greater than zero")
+        if start_method is not None and start_method not in ("fork", "spawn", "forkserver"):
+            raise ConfigError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
         self._num_workers = int(num_workers)
         self._pool: ThreadPoolExecutor | None = None
+        self._readers: WorkerPool | None = None
+        self._start_method = start_method
+        self.parallel_reads = bool(parallel_reads)
+
+    def _reader_pool(self) -> WorkerPool:
+        """The reader worker processes, started at first use and restarted after a crash."""
+        if self._readers is None or self._readers.closed:
+            pool = WorkerPool(self._num_workers, self._start_method)
+            pool.start()
+            self._readers = pool
+        return self._readers
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the running reader workers (empty before the first parallel read)."""
+        return [] if self._readers is None or self._readers.closed else self._readers.pids
 
     @property
     def num_workers(self) -> int:
@@ -378,15 +455,27 @@ class DatasetRuntime:
         return self._pool
 
     def close(self) -> None:
-        """Stop the worker threads (idempotent)."""
+        """Stop the writer threads and the reader processes (idempotent)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._readers is not None:
+            self._readers.close()
+            self._readers = None
+
+    def __enter__(self) -> DatasetRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __del__(self) -> None:
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
+        readers = getattr(self, "_readers", None)
+        if readers is not None:
+            readers.close()
 
     def __reduce__(self) -> Any:
         raise TypeError("cannot pickle 'DatasetRuntime' object")
