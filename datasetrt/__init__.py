@@ -1,35 +1,11 @@
 """datasetrt: a dataset cache and loader for ML training, drop-in for dataset-rt 0.4.8.
 
 `import datasetrt as drt` exposes the same 23 public names as `dataset_rt`; `datasetrt.errors`
-holds the exception tree.
+holds the exception tree. The public names load lazily (PEP 562), so a reader worker process that
+imports `datasetrt.runtime.worker` never imports Polars through this package's __init__.
 """
 
 from datasetrt import errors
-from datasetrt.api import (
-    AbsentManifestTarget,
-    CachedDataset,
-    CachedSample,
-    CacheInput,
-    CacheSource,
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetResult,
-    CacheSourcesDatasetSuccess,
-    CacheWriteError,
-    CacheWriteResult,
-    CacheWriteSuccess,
-    DatasetRuntime,
-    Err,
-    ManifestUpdateEntry,
-    ManifestUpdateError,
-    ManifestUpdateReport,
-    Ok,
-    ReaderConfig,
-    Result,
-    ShardCompression,
-    SizedTorchIterableDataset,
-    WriterConfig,
-    WriterProfilerConfig,
-)
 
 __version__ = "0.1.0"
 
@@ -40,3 +16,17 @@ __all__ = [
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result", "errors",
 ]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from datasetrt import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'datasetrt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -23,9 +23,10 @@ class ShardCompression(BaseModel):
 
     `algo="zstd"` and `level` are datasetrt additions (dataset-rt 0.4.8 cannot read zstd caches).
     `ratio` is advisory, as in dataset-rt: it is recorded in the manifest and never checked.
+    Unknown keys are accepted and dropped, as dataset-rt's pydantic default does.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     algo: CompressionAlgo = "none"
     ratio: float = Field(default=1.0, gt=0)
@@ -75,6 +76,9 @@ class ReaderConfig(BaseModel):
 
     `verify_records` (datasetrt): check each record's XXH3-64 against the cache's checksum sidecar
     on every read (on by default; caches without a sidecar get structural checks only).
+    `memory_limit_bytes` (datasetrt): the bound the multiprocess reader must fit in before it
+    starts (default None = half of physical memory or the cgroup limit, whichever is lower).
+    `worker_timeout_s` (datasetrt): how long the parent waits without any worker progress.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -84,6 +88,8 @@ class ReaderConfig(BaseModel):
     shuffle: bool = True
     validate_cache: bool = False
     verify_records: bool = True
+    memory_limit_bytes: int | None = Field(default=None, gt=0)
+    worker_timeout_s: float = Field(default=300.0, gt=0)
 
 
 DEFAULT_SHARD_COMPRESSION = ShardCompression()

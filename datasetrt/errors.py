@@ -88,3 +88,18 @@ class ResourceLimitError(DatasetRTError, MemoryError):
 
 class MetadataTypeError(DatasetRTError, TypeError, AttributeError):
     """update_metadata got something that is not a polars.DataFrame (dataset-rt: AttributeError)."""
+
+
+# --- worker processes --------------------------------------------------------------------------
+
+
+class WorkerError(DatasetRTError, RuntimeError):
+    """A reader worker process failed; the message names the worker, the traceback is attached."""
+
+
+class WorkerCrashedError(WorkerError):
+    """A reader worker process exited or was killed (exit code or signal in the message)."""
+
+
+class WorkerTimeoutError(WorkerError):
+    """Reader workers made no progress within the configured timeout."""

@@ -127,14 +127,29 @@ class LocalReader:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def read(self, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list[bytes], list[str]]:
-        """Payloads and embedded JSON texts of the given rows, in the given order."""
+    def gather_into(self, cache_pos: np.ndarray, sample_id: np.ndarray, out: np.ndarray,
+                    json_off: np.ndarray, json_len: np.ndarray, data_off: np.ndarray,
+                    data_len: np.ndarray) -> tuple[int, int, int]:
+        """One native gather of the given rows into `out` (offsets relative to `out`).
+
+        Returns (rows_done, bytes_used, need_bytes) as `_native.gather`: rows_done < len(rows)
+        when `out` filled; need_bytes > 0 when row rows_done alone exceeds what was left.
+        """
         if self._closed:
             raise CacheIOError("reader is closed")
+        self._prepare(np.unique(cache_pos))
+        return native.gather(
+            self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
+            self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+            cache_pos, sample_id, out, json_off, json_len, data_off, data_len,
+            self._scratch, self.labels, self.shard_names,
+        )
+
+    def read(self, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list[bytes], list[str]]:
+        """Payloads and embedded JSON texts of the given rows, in the given order."""
         cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
         n = len(cache_pos)
-        self._prepare(np.unique(cache_pos))
         json_off = np.empty(n, dtype=np.int64)
         json_len = np.empty(n, dtype=np.int64)
         data_off = np.empty(n, dtype=np.int64)
@@ -143,12 +158,9 @@ class LocalReader:
         jsons: list[str] = []
         first = 0
         while first < n:
-            done, _used, need = native.gather(
-                self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
-                self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+            done, _used, need = self.gather_into(
                 cache_pos[first:], sample_id[first:], self._out,
                 json_off[first:], json_len[first:], data_off[first:], data_len[first:],
-                self._scratch, self.labels, self.shard_names,
             )
             d, j = native.slice_records(self._out, json_off[first:], json_len[first:],
                                         data_off[first:], data_len[first:], done)

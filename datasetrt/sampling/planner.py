@@ -17,17 +17,37 @@ import numpy as np
 
 from datasetrt._native import draws
 from datasetrt.table.catalog import CacheCatalog
-from datasetrt.table.metadata import ActiveRows
+
+
+@dataclass(frozen=True)
+class ActiveRows:
+    """The validated active population.
+
+    `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
+    positive, finite) have one entry per active row, duplicates included, in table order.
+    `weights` may be None where only the precomputed cumulative sums travel (reader workers).
+    Lives here, not in table/, so that planning never imports Polars.
+    """
+
+    cache_pos: np.ndarray
+    sample_id: np.ndarray
+    weights: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.cache_pos)
 
 
 class Population:
-    """The rows a window draws from: either all physical samples or the validated active rows."""
+    """The rows a window draws from: either all physical samples or the validated active rows.
 
-    def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None) -> None:
+    `cum`/`scale` may be given precomputed (a worker maps them from the run snapshot)."""
+
+    def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
+                 cum: np.ndarray | None = None, scale: float = 0.0) -> None:
         self.catalog = catalog
         self.active = active
-        self._cum: np.ndarray | None = None
-        self._scale = 0.0
+        self._cum = cum
+        self._scale = scale
 
     def __len__(self) -> int:
         return len(self.active) if self.active is not None else self.catalog.total

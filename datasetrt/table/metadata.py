@@ -10,7 +10,6 @@ All rules are columnar: no Python loop over rows. The validated result is an `Ac
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -18,27 +17,12 @@ import pyarrow as pa
 
 from datasetrt.errors import MetadataValidationError
 from datasetrt.format.layout import IDENTITY_COLUMNS, WEIGHT_COLUMN
+from datasetrt.sampling.planner import ActiveRows
 from datasetrt.table.catalog import CacheCatalog
 
 IDENTITY_DTYPES = (pl.Int32, pl.Int64, pl.UInt32, pl.UInt64)
 WEIGHT_DTYPES = (*IDENTITY_DTYPES, pl.Float32, pl.Float64)
 STORED_DTYPES = {"int": (pl.Int64, "Int64"), "float": (pl.Float64, "Float64"), "bool": (pl.Boolean, "Boolean"), "string": (pl.String, "Utf8")}
-
-
-@dataclass(frozen=True)
-class ActiveRows:
-    """The validated active population.
-
-    `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
-    positive, finite) have one entry per active row, duplicates included, in table order.
-    """
-
-    cache_pos: np.ndarray
-    sample_id: np.ndarray
-    weights: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.weights)
 
 
 def physical_table(
@@ -68,39 +52,73 @@ def _fail(message: str) -> MetadataValidationError:
     return MetadataValidationError(message)
 
 
+def _first_bad_row(series: pl.Series, accepted: tuple, signed_check: bool) -> tuple[int, str] | None:
+    """First row at which `series` fails a per-row check, and the failure kind, or None.
+
+    dataset-rt checks each identity/weight cell in turn: a null cell reports "null", a non-null
+    cell of an unaccepted dtype reports "type", a negative identity reports "negative". So an
+    all-null column of the wrong dtype reports "null" and a pl.Null column (no validity bitmap
+    in Arrow) reports "type". Columnar: one null mask and one comparison, no row loop.
+    """
+    if series.dtype == pl.Null:
+        return (0, "type")
+    nulls = series.null_count()
+    if series.dtype not in accepted:
+        return (0, "null") if series.slice(0, 1).null_count() else (0, "type")
+    bad_null = int(series.is_null().arg_max()) if nulls else None
+    bad_neg = None
+    if signed_check and series.dtype.is_signed_integer() and (series.min() or 0) < 0:
+        bad_neg = int((series < 0).fill_null(False).arg_max())
+    if bad_null is None and bad_neg is None:
+        return None
+    if bad_neg is None or (bad_null is not None and bad_null < bad_neg):
+        return (bad_null, "null")
+    return (bad_neg, "negative")
+
+
 def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tuple[str, str]]) -> ActiveRows:
     """Check a user table against the samples-metadata contract (reference §2.4) and return the
-    active rows. Raises MetadataValidationError with dataset-rt's messages; never mutates state."""
+    active rows. Raises MetadataValidationError with dataset-rt's messages; never mutates state.
+
+    When a table breaks several rules, the reported one follows dataset-rt 0.4.8 (observed):
+    0 rows; then each stored column in schema order (missing, then Arrow type); then presence
+    of cache_id, sample_id, weight; then row by row: cache_id, sample_id (null, integer dtype,
+    non-negative), weight (null, numeric dtype), the row's identity lookup; finally the first
+    weight that is not positive and finite. Evaluated columnar, O(rows).
+    """
     if df.height == 0:
         raise _fail("metadata table must include at least one sample")
     present = set(df.columns)
-    for col in (*IDENTITY_COLUMNS, WEIGHT_COLUMN, *(n for n, _ in schema)):
-        if col not in present:
-            raise _fail(f"samples metadata missing '{col}' column")
-    identities = []
-    for col in IDENTITY_COLUMNS:
-        series = df.get_column(col)
-        if series.dtype not in IDENTITY_DTYPES:
-            raise _fail(f"samples metadata column '{col}' must be an integer")
-        if series.null_count():
-            raise _fail(f"samples metadata column '{col}' contains null")
-        if series.dtype.is_signed_integer() and series.min() < 0:
-            raise _fail(f"samples metadata column '{col}' must be non-negative")
-        identities.append(series.to_numpy().astype(np.uint64, copy=False))
     for name, kind in schema:
+        if name not in present:
+            raise _fail(f"samples metadata missing '{name}' column")
         dtype, arrow_name = STORED_DTYPES[kind]
         if df.get_column(name).dtype != dtype:
             raise _fail(f"samples metadata column '{name}' must have Arrow type {arrow_name}")
-    weight = df.get_column(WEIGHT_COLUMN)
-    if weight.dtype not in WEIGHT_DTYPES:
-        raise _fail(f"samples metadata column '{WEIGHT_COLUMN}' must be numeric")
-    if weight.null_count():
-        raise _fail(f"samples metadata column '{WEIGHT_COLUMN}' contains null")
-    weights = weight.to_numpy().astype(np.float64)
-    bad = np.flatnonzero(~(np.isfinite(weights) & (weights > 0)))
-    if bad.size:
-        raise _fail(f"weight {int(bad[0])} must be positive and finite")
-    cache_ids, sample_ids = identities
+    for col in (*IDENTITY_COLUMNS, WEIGHT_COLUMN):
+        if col not in present:
+            raise _fail(f"samples metadata missing '{col}' column")
+    messages = {
+        "null": "samples metadata column '{}' contains null",
+        "negative": "samples metadata column '{}' must be non-negative",
+    }
+    first: tuple[int, int, str, str] | None = None  # (row, column order, column, message)
+    for order, col in enumerate((*IDENTITY_COLUMNS, WEIGHT_COLUMN)):
+        is_weight = col == WEIGHT_COLUMN
+        found = _first_bad_row(df.get_column(col), WEIGHT_DTYPES if is_weight else IDENTITY_DTYPES, not is_weight)
+        if found is None:
+            continue
+        row, kind = found
+        if kind == "type":
+            message = f"samples metadata column '{col}' must be {'numeric' if is_weight else 'an integer'}"
+        else:
+            message = messages[kind].format(col)
+        if first is None or (row, order) < first[:2]:
+            first = (row, order, col, message)
+    # Identity lookup, for the rows before the first bad cell (those rows are all valid).
+    valid_rows = df.height if first is None else first[0]
+    cache_ids = df.get_column(IDENTITY_COLUMNS[0]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
+    sample_ids = df.get_column(IDENTITY_COLUMNS[1]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
     pos = catalog.positions(cache_ids)
     known = pos >= 0
     known[known] = sample_ids[known] < catalog.counts[pos[known]].astype(np.uint64)
@@ -108,4 +126,10 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     if unknown.size:
         i = int(unknown[0])
         raise _fail(f"unknown samples metadata row identity cache_id={int(cache_ids[i])} sample_id={int(sample_ids[i])}")
+    if first is not None:
+        raise _fail(first[3])
+    weights = df.get_column(WEIGHT_COLUMN).to_numpy().astype(np.float64)
+    bad = np.flatnonzero(~(np.isfinite(weights) & (weights > 0)))
+    if bad.size:
+        raise _fail(f"weight {int(bad[0])} must be positive and finite")
     return ActiveRows(cache_pos=pos, sample_id=sample_ids.copy(), weights=np.ascontiguousarray(weights))

@@ -1,0 +1,108 @@
+"""The memory limit and the one bound formula of the multiprocess reader.
+
+Boundary: psutil / cgroup files and arithmetic; no processes are started here.
+
+    bound = ring_slots x slot_bytes            shared-memory ring of one iterator run
+          + slot_bytes                         the chunk being turned into Python objects
+          + num_workers x slot_bytes           per-worker decode scratch (largest stored record)
+          + snapshot_bytes                     population snapshot (16 B/row + 8 B/row weights)
+
+The reorder window holds ring slots, never copies, so it is inside the first term. A
+configuration whose bound exceeds the limit is refused before any process or segment exists
+(docs/memory-guide.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from datasetrt.errors import ResourceLimitError
+
+CGROUP_V2_MAX = Path("/sys/fs/cgroup/memory.max")
+CGROUP_V1_LIMIT = Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+SHM_DIR = Path("/dev/shm")
+
+
+def cgroup_limit_bytes() -> int | None:
+    """The cgroup (v2, else v1) memory limit of this process, or None when unlimited/unknown."""
+    for path in (CGROUP_V2_MAX, CGROUP_V1_LIMIT):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        if value < (1 << 60):  # v1 reports "unlimited" as a huge number
+            return value
+    return None
+
+
+def available_memory_bytes() -> int:
+    """Memory available to this process: min(physical memory, cgroup limit)."""
+    physical = psutil.virtual_memory().total
+    limit = cgroup_limit_bytes()
+    return min(physical, limit) if limit is not None else physical
+
+
+def default_memory_limit_bytes() -> int:
+    """Half of what is available (physical or cgroup, whichever is lower)."""
+    return available_memory_bytes() // 2
+
+
+@dataclass(frozen=True)
+class MemoryBound:
+    """The terms of the bound formula for one run; `total` is what is checked against the limit."""
+
+    ring_slots: int
+    slot_bytes: int
+    num_workers: int
+    snapshot_bytes: int
+
+    @property
+    def ring_bytes(self) -> int:
+        return self.ring_slots * self.slot_bytes
+
+    @property
+    def total(self) -> int:
+        return self.ring_bytes + self.slot_bytes + self.num_workers * self.slot_bytes + self.snapshot_bytes
+
+    def describe(self) -> str:
+        mib = 2**20
+        return (
+            f"ring {self.ring_slots} slots x {self.slot_bytes / mib:.1f} MiB = {self.ring_bytes / mib:.1f} MiB"
+            f" + consumer chunk {self.slot_bytes / mib:.1f} MiB"
+            f" + decode scratch {self.num_workers} workers x {self.slot_bytes / mib:.1f} MiB"
+            f" + snapshot {self.snapshot_bytes / mib:.1f} MiB"
+            f" = {self.total / mib:.1f} MiB"
+        )
+
+    def check(self, limit_bytes: int) -> None:
+        """Refuse (ResourceLimitError) a bound above the limit, printing every term."""
+        if self.total > limit_bytes:
+            raise ResourceLimitError(
+                f"reader memory bound exceeds memory_limit_bytes ({limit_bytes / 2**20:.1f} MiB): {self.describe()}; "
+                "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes"
+            )
+
+
+def check_shm_capacity(needed_bytes: int, shm_dir: Path = SHM_DIR) -> None:
+    """Refuse to start when /dev/shm cannot hold the run's ring and snapshot."""
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError as exc:
+        raise ResourceLimitError(f"{shm_dir} is not usable for shared memory: {exc}") from None
+    free = st.f_bavail * st.f_frsize
+    if needed_bytes > free:
+        raise ResourceLimitError(
+            f"{shm_dir} has {free / 2**20:.1f} MiB free but the reader needs {needed_bytes / 2**20:.1f} MiB "
+            "for its ring and snapshot; enlarge it (e.g. `mount -o remount,size=2G /dev/shm`, or docker "
+            "--shm-size) or lower prefetch_size / num_workers"
+        )

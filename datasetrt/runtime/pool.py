@@ -1,0 +1,195 @@
+"""The reader worker processes of one DatasetRuntime: start, route messages, watch, stop.
+
+Boundary: processes and pipes (the `multiprocess` package); no Polars, no Torch, no records.
+
+Invariants: workers start once (lazily, at the first parallel read) and are reused by every run;
+the parent waits on all result pipes and all process sentinels together, so a worker that dies
+wakes it at once and becomes a `WorkerCrashedError` naming the worker and its exit code; a pool
+with a dead worker is closed and the next read starts a fresh one. `close()` is idempotent and
+leaves no process behind (Shutdown, join with a timeout, then terminate/kill).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import multiprocess as mp
+from multiprocess.connection import wait
+
+from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerTimeoutError
+from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerReady
+from datasetrt.runtime.shm import sweep_stale_runs
+from datasetrt.runtime.worker import worker_main
+
+START_METHODS = ("fork", "spawn", "forkserver")
+JOIN_TIMEOUT_S = 5.0
+
+
+def default_start_method() -> str:
+    """spawn: safe with the threads Polars/pyarrow/torch start in the parent (fork is opt-in)."""
+    return "spawn"
+
+
+class WorkerPool:
+    """N reader workers with one task pipe and one result pipe each."""
+
+    def __init__(self, num_workers: int, start_method: str | None = None, startup_timeout_s: float = 120.0) -> None:
+        method = start_method or default_start_method()
+        if method not in START_METHODS or method not in mp.get_all_start_methods():
+            raise ConfigError(f"start_method must be one of {[m for m in START_METHODS if m in mp.get_all_start_methods()]}, got {method!r}")
+        self.num_workers = num_workers
+        self.start_method = method
+        self.startup_timeout_s = startup_timeout_s
+        self.procs: list = []
+        self.task_conns: list = []
+        self.result_conns: list = []
+        self.ready: list[WorkerReady | None] = []
+        self.inflight = [0] * num_workers
+        self.handlers: dict[int, Callable[[object], None]] = {}
+        self._run_ids = itertools.count(1)
+        self._owner_pid = os.getpid()
+        self.closed = False
+        self._finalizer = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the workers and wait for each WorkerReady (bounded by startup_timeout_s)."""
+        sweep_stale_runs()
+        ctx = mp.get_context(self.start_method)
+        try:
+            for index in range(self.num_workers):
+                task_r, task_w = ctx.Pipe(duplex=False)
+                res_r, res_w = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=worker_main, args=(index, task_r, res_w, os.getpid()),
+                                   name=f"datasetrt-reader-{index}", daemon=True)
+                with _main_module_hidden():
+                    proc.start()
+                task_r.close()
+                res_w.close()
+                self.procs.append(proc)
+                self.task_conns.append(task_w)
+                self.result_conns.append(res_r)
+                self.ready.append(None)
+            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns)
+            while any(r is None for r in self.ready):
+                self.poll(self.startup_timeout_s, what="worker start-up")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+        else:
+            _shutdown(self.procs, self.task_conns, self.result_conns)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def new_run_id(self) -> int:
+        return next(self._run_ids)
+
+    def least_loaded(self) -> int:
+        return min(range(self.num_workers), key=self.inflight.__getitem__)
+
+    def send(self, worker: int, msg: object) -> None:
+        try:
+            self.task_conns[worker].send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, OSError):
+            self._raise_dead(worker)
+
+    def poll(self, timeout_s: float, what: str = "reader workers") -> None:
+        """Wait up to timeout_s for results; route each to its run's handler.
+
+        Raises WorkerCrashedError if a worker exited, WorkerTimeoutError if nothing arrived.
+        """
+        ready = wait([*self.result_conns, *(p.sentinel for p in self.procs)], timeout_s)
+        if not ready:
+            raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {self.pids})")
+        for worker, conn in enumerate(self.result_conns):
+            if conn in ready:
+                while conn.poll():
+                    try:
+                        msg = pickle.loads(conn.recv_bytes())
+                    except (EOFError, OSError):
+                        self._raise_dead(worker)
+                    self._route(msg)
+        for worker, proc in enumerate(self.procs):
+            if proc.sentinel in ready:
+                self._raise_dead(worker)
+
+    def _route(self, msg: object) -> None:
+        if isinstance(msg, WorkerReady):
+            self.ready[msg.worker] = msg
+            return
+        if isinstance(msg, (TaskDone, TaskFailed)):
+            if msg.task_id >= 0:
+                self.inflight[msg.worker] -= 1
+            handler = self.handlers.get(msg.run_id)
+            if handler is not None:
+                handler(msg)
+
+    def _raise_dead(self, worker: int) -> None:
+        proc = self.procs[worker]
+        proc.join(0.5)
+        code = proc.exitcode
+        self.close()
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}")
+
+
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """While a worker starts, hide __main__'s file/spec from the spawn/forkserver preparation.
+
+    Workers run only datasetrt code, so they must not re-import the user's script: that would
+    re-run its top level (the classic "missing main guard" failure), import whatever it imports
+    (torch, Polars) into every worker, and slow start-up. Only the start() call is covered.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    try:
+        main.__dict__.pop("__file__", None)
+        main.__dict__["__spec__"] = None
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+def _shutdown(procs: list, task_conns: list, result_conns: list) -> None:
+    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe."""
+    for conn in task_conns:
+        try:
+            conn.send_bytes(pickle.dumps(Shutdown()))
+        except (OSError, ValueError):
+            pass
+    for proc in procs:
+        proc.join(JOIN_TIMEOUT_S)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(JOIN_TIMEOUT_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    for conn in (*task_conns, *result_conns):
+        try:
+            conn.close()
+        except OSError:
+            pass

@@ -1,0 +1,99 @@
+"""Typed messages between the parent and reader worker processes.
+
+Boundary: plain frozen dataclasses of ints, floats and strings; no behaviour.
+
+NOTE (worker protocol). One duplex-free pipe pair per worker: tasks parent -> worker, results
+worker -> parent. The parent waits on every result pipe and every worker's process sentinel at
+once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
+  parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask
+                     ReadTask     window positions [first, first+count) into ring slot `slot`
+                     CloseRun     after the run ends; the worker unmaps the run's files
+                     Shutdown     the worker exits 0
+  worker -> parent   WorkerReady  after start-up (pid, whether Polars/Torch were imported)
+                     TaskDone     `rows` rows of the task are in the slot (rows < count: the
+                                  slot filled; the parent submits the rest as a new task;
+                                  rows == 0 and need_bytes > 0: the next record alone exceeds a
+                                  slot and the parent reads it in-process)
+                     TaskFailed   an exception: its qualified type, message and traceback text
+Slot layout (ring file offset slot * slot_bytes): six int64 arrays of rows_per_slot entries —
+json_off, json_len, data_off, data_len, cache_pos, sample_id — then the data region; offsets
+are relative to the data region. A slot is written only by the worker it was assigned to and
+read only after its TaskDone; the parent reassigns it only after the consumer released it.
+Results of a run the parent already closed are discarded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SLOT_ARRAYS = 6  # json_off, json_len, data_off, data_len, cache_pos, sample_id
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRun:
+    run_id: int
+    dataset_key: str
+    cache_dirs: tuple[str, ...]
+    verify_records: bool
+    ring_path: str
+    slot_bytes: int
+    rows_per_slot: int
+    shuffle: bool
+    seed: int
+    window_start: int
+    window_length: int
+    snapshot_path: str | None  # None: the physical population (catalog counts below)
+    counts: tuple[int, ...]
+    scale: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    run_id: int
+    task_id: int
+    first: int
+    count: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRun:
+    run_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReady:
+    worker: int
+    pid: int
+    imported_polars: bool
+    imported_torch: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDone:
+    worker: int
+    run_id: int
+    task_id: int
+    slot: int
+    first: int
+    rows: int
+    need_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    worker: int
+    run_id: int
+    task_id: int
+    error_type: str
+    message: str
+    traceback: str
+
+
+def slot_header_bytes(rows_per_slot: int) -> int:
+    return SLOT_ARRAYS * 8 * rows_per_slot

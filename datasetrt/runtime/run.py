@@ -1,0 +1,235 @@
+"""One parallel read: snapshot + ring in a /dev/shm run dir, tasks to workers, reorder to plan order.
+
+Boundary: numpy arrays and the worker pool; no Polars, no Torch, no record types (the consumer
+turns chunks into samples or batches).
+
+Flow control: a task is submitted only with a free ring slot, and a slot is freed only when the
+consumer asks for the next chunk, so a slow consumer stops submissions and memory never grows
+past the ring. Chunks come out strictly in window order whatever order workers finish in
+(`_done` is the reorder window, keyed by window position; it holds slots, not copies).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datasetrt import errors
+from datasetrt.runtime.local import LocalReader
+from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
+from datasetrt.runtime.pool import WorkerPool
+from datasetrt.runtime.protocol import SLOT_ARRAYS, CloseRun, OpenRun, ReadTask, TaskDone, TaskFailed, slot_header_bytes
+from datasetrt.runtime.shm import create_shared_file, new_run_dir, remove_run_dir
+from datasetrt.runtime.snapshot import snapshot_bytes, write_snapshot
+from datasetrt.sampling.planner import Window
+
+MIN_SLOT_BYTES = 1 << 20
+MIN_ROWS_PER_TASK = 16
+MAX_ROWS_PER_TASK = 512
+TASK_TARGET_BYTES = 512 << 10
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """Ring geometry of a run: `slots` x `slot_bytes`, at most `rows_per_task` rows per task."""
+
+    slots: int
+    rows_per_task: int
+    slot_bytes: int
+
+    @classmethod
+    def plan(cls, prefetch_size: int, num_workers: int, max_record_bytes: int) -> RunShape:
+        """Tasks carry ~TASK_TARGET_BYTES of records (16..512 rows), so per-task messaging is
+        amortised; in-flight samples <= max(prefetch_size, 2 x num_workers x rows_per_task).
+        Every slot fits rows_per_task records of the largest stored size (a compressed record
+        that decodes larger splits its task; one larger than a whole slot is read in-process)."""
+        record = max(max_record_bytes, 1)
+        rows = max(MIN_ROWS_PER_TASK, min(MAX_ROWS_PER_TASK, TASK_TARGET_BYTES // record))
+        slots = max(2 * num_workers, -(-prefetch_size // rows))
+        data = max(MIN_SLOT_BYTES, rows * record)
+        slot_bytes = slot_header_bytes(rows) + data
+        slot_bytes = -(-slot_bytes // 4096) * 4096
+        return cls(slots, rows, slot_bytes)
+
+
+@dataclass
+class Chunk:
+    """`rows` consecutive window rows starting at window position `first`.
+
+    Offsets in json_off/data_off are relative to `data`. Valid until the next chunk is requested.
+    """
+
+    first: int
+    rows: int
+    data: np.ndarray
+    json_off: np.ndarray
+    json_len: np.ndarray
+    data_off: np.ndarray
+    data_len: np.ndarray
+    cache_pos: np.ndarray
+    sample_id: np.ndarray
+
+
+class ParallelRun:
+    """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
+
+    def __init__(self, pool: WorkerPool, *, dataset_key: str, cache_dirs: list[str], counts: list[int],
+                 verify_records: bool, window: Window, prefetch_size: int, max_record_bytes: int,
+                 memory_limit_bytes: int, timeout_s: float, fallback: LocalReader) -> None:
+        self.pool = pool
+        self.window = window
+        self.timeout_s = timeout_s
+        self.fallback = fallback
+        self.shape = RunShape.plan(prefetch_size, pool.num_workers, max_record_bytes)
+        population = window.population
+        rows = len(population) if population.weighted else 0
+        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, pool.num_workers, snapshot_bytes(rows))
+        bound.check(memory_limit_bytes)
+        check_shm_capacity(bound.ring_bytes + snapshot_bytes(rows))
+        self.run_id = pool.new_run_id()
+        self.run_dir: Path | None = new_run_dir()
+        self._opened: set[int] = set()
+        self._free = deque(range(self.shape.slots))
+        self._todo: deque[tuple[int, int]] = deque()  # continuation ranges, served first
+        self._next_first = 0
+        self._done: dict[int, TaskDone] = {}
+        self._failure: TaskFailed | None = None
+        self._task_ids = 0
+        self._task_counts: dict[int, int] = {}
+        try:
+            self.ring = create_shared_file(self.run_dir / "ring", self.shape.slots * self.shape.slot_bytes)
+            snapshot_path = None
+            scale = 0.0
+            if population.weighted:
+                cum, scale = population.cumulative()
+                active = population.active
+                snapshot_path = str(write_snapshot(self.run_dir, active.cache_pos, active.sample_id, cum))
+            self.spec = OpenRun(
+                run_id=self.run_id, dataset_key=dataset_key, cache_dirs=tuple(cache_dirs),
+                verify_records=verify_records, ring_path=str(self.run_dir / "ring"),
+                slot_bytes=self.shape.slot_bytes, rows_per_slot=self.shape.rows_per_task,
+                shuffle=window.shuffle, seed=window.seed, window_start=window.start,
+                window_length=window.length, snapshot_path=snapshot_path, counts=tuple(counts), scale=scale,
+            )
+            pool.handlers[self.run_id] = self._on_message
+        except BaseException:
+            self.close()
+            raise
+
+    # -- messages and submission ------------------------------------------------------------
+
+    def _on_message(self, msg: object) -> None:
+        if isinstance(msg, TaskFailed):
+            self._failure = self._failure or msg
+        elif isinstance(msg, TaskDone):
+            self._done[msg.first] = msg
+
+    def _submit(self) -> None:
+        while self._free and (self._todo or self._next_first < self.window.length):
+            if self._todo:
+                first, count = self._todo.popleft()
+            else:
+                first = self._next_first
+                count = min(self.shape.rows_per_task, self.window.length - first)
+                self._next_first += count
+            worker = self.pool.least_loaded()
+            if worker not in self._opened:
+                self.pool.send(worker, self.spec)
+                self._opened.add(worker)
+            self._task_ids += 1
+            self._task_counts[self._task_ids] = count
+            self.pool.inflight[worker] += 1
+            self.pool.send(worker, ReadTask(self.run_id, self._task_ids, first, count, self._free.popleft()))
+
+    def _raise_failure(self, msg: TaskFailed) -> None:
+        module, _, name = msg.error_type.rpartition(".")
+        cls = None
+        if module == "datasetrt.errors":
+            cls = getattr(errors, name, None)
+        elif module == "builtins":
+            cls = getattr(importlib.import_module("builtins"), name, None)
+        remote = errors.WorkerError(f"reader worker {msg.worker} traceback:\n{msg.traceback}")
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                exc = cls(msg.message)
+            except Exception:  # noqa: BLE001 - exotic constructor
+                exc = None
+            if exc is not None:
+                raise exc from remote
+        raise errors.WorkerError(f"reader worker {msg.worker} failed: {msg.error_type}: {msg.message}") from remote
+
+    # -- iteration ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Chunk]:
+        header = slot_header_bytes(self.shape.rows_per_task)
+        position = 0
+        held: int | None = None
+        try:
+            while position < self.window.length:
+                if held is not None:
+                    self._free.append(held)
+                    held = None
+                self._submit()
+                while position not in self._done and self._failure is None:
+                    self.pool.poll(self.timeout_s)
+                if self._failure is not None:
+                    self._raise_failure(self._failure)
+                done = self._done.pop(position)
+                count = self._task_counts.pop(done.task_id)
+                if done.rows < count:
+                    rest = count - done.rows
+                    if done.rows == 0:
+                        # The next record alone exceeds a slot: read it here, queue the rest.
+                        self._free.append(done.slot)
+                        yield self._inline_chunk(position)
+                        position += 1
+                        if rest > 1:
+                            self._todo.appendleft((position, rest - 1))
+                        continue
+                    self._todo.appendleft((position + done.rows, rest))
+                base = done.slot * self.shape.slot_bytes
+                arrays = np.ndarray((SLOT_ARRAYS, self.shape.rows_per_task), dtype=np.int64, buffer=self.ring, offset=base)
+                data = np.ndarray(self.shape.slot_bytes - header, dtype=np.uint8, buffer=self.ring, offset=base + header)
+                n = done.rows
+                held = done.slot
+                yield Chunk(position, n, data, arrays[0, :n], arrays[1, :n], arrays[2, :n], arrays[3, :n],
+                            arrays[4, :n], arrays[5, :n].view(np.uint64))
+                position += n
+        finally:
+            self.close()
+
+    def _inline_chunk(self, position: int) -> Chunk:
+        cache_pos, sample_id = self.window.population.resolve(self.window.rows(position, 1))
+        cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
+        sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
+        datas, jsons = self.fallback.read(cache_pos, sample_id)
+        payload = datas[0]
+        js = jsons[0].encode()
+        buf = np.frombuffer(js + payload, dtype=np.uint8)
+        return Chunk(position, 1, buf, np.array([0]), np.array([len(js)]), np.array([len(js)]),
+                     np.array([len(payload)]), cache_pos, sample_id)
+
+    def close(self) -> None:
+        """Idempotent: tell workers the run is over, drop its handler, remove its files."""
+        if self.run_dir is None:
+            return
+        self.pool.handlers.pop(self.run_id, None)
+        if not self.pool.closed:
+            for worker in self._opened:
+                try:
+                    self.pool.send(worker, CloseRun(self.run_id))
+                except errors.WorkerCrashedError:
+                    break
+        ring = getattr(self, "ring", None)
+        if ring is not None:
+            try:
+                ring.close()
+            except BufferError:
+                pass  # a consumer still holds a chunk view; the mapping goes with it
+        remove_run_dir(self.run_dir)
+        self.run_dir = None

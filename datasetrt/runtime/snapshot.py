@@ -1,0 +1,52 @@
+"""Immutable population snapshot of one reader run, as an Arrow IPC file in the run directory.
+
+Boundary: numpy <-> Arrow IPC file; no Polars (workers import this module).
+
+Columns (one row per active row): cache_pos int64, sample_id uint64, cum float64 (the weighted
+sampler's running sums: entries 0..n-2 are used, entry n-1 is padding). Workers open it with a
+read-only memory map, zero copy, so every worker shares the parent's page-cache pages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+SNAPSHOT_NAME = "population.arrow"
+
+
+def write_snapshot(run_dir: Path, cache_pos: np.ndarray, sample_id: np.ndarray, cum: np.ndarray) -> Path:
+    """Write the snapshot; `cum` has len(cache_pos) - 1 entries."""
+    padded = np.zeros(len(cache_pos), dtype=np.float64)
+    padded[: len(cum)] = cum
+    table = pa.table(
+        {
+            "cache_pos": pa.array(np.ascontiguousarray(cache_pos, dtype=np.int64)),
+            "sample_id": pa.array(np.ascontiguousarray(sample_id, dtype=np.uint64)),
+            "cum": pa.array(padded),
+        }
+    )
+    path = run_dir / SNAPSHOT_NAME
+    with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path
+
+
+def snapshot_bytes(rows: int) -> int:
+    """Size estimate used by the memory bound (three 8-byte columns plus framing)."""
+    return 24 * rows + 4096
+
+
+def read_snapshot(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.MemoryMappedFile]:
+    """(cache_pos, sample_id, cum[:n-1], mapping) as zero-copy views of the mapped file.
+
+    The caller keeps `mapping` alive as long as it uses the arrays."""
+    source = pa.memory_map(str(path), "r")
+    table = ipc.open_file(source).read_all()
+    cols = [table.column(name).combine_chunks() if table.column(name).num_chunks != 1 else table.column(name).chunk(0)
+            for name in ("cache_pos", "sample_id", "cum")]
+    cache_pos, sample_id, cum = (c.to_numpy(zero_copy_only=True) for c in cols)
+    return cache_pos, sample_id, cum[: max(len(cum) - 1, 0)], source

@@ -1,0 +1,149 @@
+"""Reader worker process: maps a run's snapshot, ring and cache indexes; gathers into ring slots.
+
+Boundary: imports numpy, pyarrow, the native kernels, the format reader and the planner; never
+Polars or Torch (the parent checks `WorkerReady.imported_polars`). Messages: runtime/protocol.py.
+
+The worker ignores SIGINT (the parent owns interrupt handling and cleanup), asks the kernel to
+SIGTERM it when the parent dies (PR_SET_PDEATHSIG), and also exits when its task pipe reaches
+EOF. Exceptions while serving a task are reported as TaskFailed with the traceback text; the
+worker keeps serving.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import pickle
+import signal
+import sys
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.local import LocalReader
+from datasetrt.runtime.protocol import (
+    SLOT_ARRAYS,
+    CloseRun,
+    OpenRun,
+    ReadTask,
+    Shutdown,
+    TaskDone,
+    TaskFailed,
+    WorkerReady,
+    slot_header_bytes,
+)
+from datasetrt.runtime.shm import attach_shared_file
+from datasetrt.runtime.snapshot import read_snapshot
+from datasetrt.sampling.planner import ActiveRows, Population, Window
+from datasetrt.table.catalog import CacheCatalog
+
+PR_SET_PDEATHSIG = 1
+MAX_CACHED_READERS = 4
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class _Run:
+    """A run as one worker sees it: population, window, ring mapping, and the cache reader."""
+
+    def __init__(self, spec: OpenRun, reader: LocalReader) -> None:
+        self.spec = spec
+        self.reader = reader
+        self._snapshot_map = None
+        catalog = CacheCatalog(list(range(len(spec.counts))), list(spec.counts), list(spec.cache_dirs))
+        if spec.snapshot_path is None:
+            population = Population(catalog)
+        else:
+            cache_pos, sample_id, cum, self._snapshot_map = read_snapshot(spec.snapshot_path)
+            population = Population(catalog, ActiveRows(cache_pos, sample_id, None), cum=cum, scale=spec.scale)
+        self.window = Window(population, spec.shuffle, spec.seed, spec.window_start, spec.window_length)
+        self.ring = attach_shared_file(Path(spec.ring_path), writable=True)
+        self.header_bytes = slot_header_bytes(spec.rows_per_slot)
+
+    def execute(self, task: ReadTask) -> tuple[int, int]:
+        """Gather window positions [first, first+count) into the task's slot: (rows, need_bytes)."""
+        spec = self.spec
+        cache_pos, sample_id = self.window.population.resolve(self.window.rows(task.first, task.count))
+        base = task.slot * spec.slot_bytes
+        header = np.ndarray((SLOT_ARRAYS, spec.rows_per_slot), dtype=np.int64, buffer=self.ring, offset=base)
+        data = np.ndarray(spec.slot_bytes - self.header_bytes, dtype=np.uint8, buffer=self.ring,
+                          offset=base + self.header_bytes)
+        n = task.count
+        cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
+        sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
+        rows, _used, need = self.reader.gather_into(
+            cache_pos, sample_id, data, header[0, :n], header[1, :n], header[2, :n], header[3, :n]
+        )
+        header[4, :rows] = cache_pos[:rows]
+        header[5, :rows] = sample_id[:rows].view(np.int64)
+        return rows, need
+
+    def close(self) -> None:
+        self.ring.close()
+        self._snapshot_map = None
+
+
+def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
+    """Entry point of worker `index` (importable for the spawn start method)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    _send(result_conn, WorkerReady(index, os.getpid(), "polars" in sys.modules, "torch" in sys.modules))
+    readers: OrderedDict[str, LocalReader] = OrderedDict()
+    runs: dict[int, _Run] = {}
+    while True:
+        try:
+            msg = pickle.loads(task_conn.recv_bytes())
+        except (EOFError, OSError):
+            break
+        if isinstance(msg, ReadTask):
+            try:
+                rows, need = runs[msg.run_id].execute(msg)
+                _send(result_conn, TaskDone(index, msg.run_id, msg.task_id, msg.slot, msg.first, rows, need))
+            except BaseException as exc:  # noqa: BLE001 - every failure travels back typed
+                _report(result_conn, index, msg.run_id, msg.task_id, exc)
+        elif isinstance(msg, OpenRun):
+            try:
+                reader = readers.pop(msg.dataset_key, None)
+                if reader is None:
+                    handles = [CacheHandle.open(p) for p in msg.cache_dirs]
+                    reader = LocalReader(handles, verify_records=msg.verify_records)
+                readers[msg.dataset_key] = reader
+                while len(readers) > MAX_CACHED_READERS:
+                    readers.popitem(last=False)[1].close()
+                runs[msg.run_id] = _Run(msg, reader)
+            except BaseException as exc:  # noqa: BLE001
+                _report(result_conn, index, msg.run_id, -1, exc)
+        elif isinstance(msg, CloseRun):
+            run = runs.pop(msg.run_id, None)
+            if run is not None:
+                run.close()
+        elif isinstance(msg, Shutdown):
+            break
+    for run in runs.values():
+        run.close()
+    for reader in readers.values():
+        reader.close()
+    task_conn.close()
+    result_conn.close()
+
+
+def _send(conn, msg: object) -> None:
+    conn.send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+
+
+def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> None:
+    cls = type(exc)
+    _send(conn, TaskFailed(index, run_id, task_id, f"{cls.__module__}.{cls.__qualname__}", str(exc),
+                         "".join(traceback.format_exception(exc))))
