@@ -50,7 +50,7 @@ from datasetrt.records import (
     Ok,
 )
 from datasetrt._native.gather import slice_records
-from datasetrt.runtime.local import LocalReader
+from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.run import ParallelRun
@@ -137,8 +137,8 @@ class CachedDataset:
             raise ArgumentTypeError(f"epoch_len must be an integer, got {type(epoch_len).__name__}")
         if epoch_len < 1:
             raise ConfigError("epoch_len must be at least 1")
-        if epoch_len > U64_MAX:
-            raise ArgumentOverflowError("int too big to convert (epoch_len must fit in u64)")
+        if epoch_len > sys.maxsize:
+            raise ArgumentOverflowError(f"int too big to convert (epoch_len must be <= {sys.maxsize}, as len() requires)")
         self._epoch_len = epoch_len
 
     def _reserve(self) -> Window:
@@ -171,22 +171,25 @@ class CachedDataset:
     def _iterate(self) -> Iterator[CachedSample]:
         window = self._reserve()
         cache_ids = self._catalog.cache_ids
+        for chunk in self._chunks(window):
+            try:
+                datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
+                                             chunk.data_off, chunk.data_len, chunk.rows)
+            except UnicodeDecodeError as exc:
+                raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
+            yield from self._to_samples(datas, jsons, chunk.cache_pos, chunk.sample_id, cache_ids)
+
+    def _chunks(self, window: Window) -> Iterator[Chunk]:
+        """Gathered records of `window` in plan order: worker processes when the dataset has a
+        runtime (and it has parallel_reads), else this process."""
         if self._runtime is not None and self._runtime.parallel_reads:
             run = self._parallel_run(window)
             try:
-                for chunk in run:
-                    try:
-                        datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
-                                                     chunk.data_off, chunk.data_len, chunk.rows)
-                    except UnicodeDecodeError as exc:
-                        raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
-                    yield from self._to_samples(datas, jsons, chunk.cache_pos, chunk.sample_id, cache_ids)
+                yield from run
             finally:
                 run.close()
-            return
-        reader = self._reader()
-        for cache_pos, sample_id in window.blocks(READ_BLOCK_ROWS):
-            yield from self._samples(reader, cache_pos, sample_id, cache_ids)
+        else:
+            yield from local_chunks(self._reader(), window, READ_BLOCK_ROWS)
 
     def _parallel_run(self, window: Window) -> ParallelRun:
         """Start a multiprocess read of `window` on the runtime's workers."""
@@ -231,10 +234,13 @@ class CachedDataset:
         """One sample by identity; ignores the active table and does not move any cursor."""
         if type(cache_id) is not int or type(sample_id) is not int:
             raise ArgumentTypeError("cache_id and sample_id must be integers")
-        if not 0 <= cache_id <= U64_MAX or (pos := self._catalog.position(cache_id)) < 0:
+        if not 0 <= cache_id <= U64_MAX:
             raise SampleIndexError(f"cache_id {cache_id} is out of range")
         if not 0 <= sample_id <= U64_MAX:
             raise SampleIndexError(f"sample_id {sample_id} is out of range")
+        pos = self._catalog.position(cache_id)
+        if pos < 0:
+            raise SampleIndexError(f"cache_id {cache_id} is out of range")
         if sample_id >= self._catalog.counts[pos]:
             raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
         rows = self._samples(self._reader(), np.array([pos], dtype=np.int64),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +22,26 @@ from datasetrt.errors import CacheIOError, ResourceLimitError
 from datasetrt.format.reader import CODEC_IDS, CacheHandle
 
 INITIAL_OUT_BYTES = 4 << 20
+
+
+@dataclass
+class Chunk:
+    """`rows` consecutive window rows starting at window position `first`, as gathered records.
+
+    Offsets in json_off/data_off are relative to `data`; `row` are population rows (for table
+    lookups). Views into a reusable buffer or ring slot: valid until the next chunk is requested.
+    """
+
+    first: int
+    rows: int
+    data: np.ndarray
+    json_off: np.ndarray
+    json_len: np.ndarray
+    data_off: np.ndarray
+    data_len: np.ndarray
+    cache_pos: np.ndarray
+    sample_id: np.ndarray
+    row: np.ndarray
 
 
 def default_fd_budget() -> int:
@@ -177,3 +198,25 @@ class LocalReader:
             self._out = np.empty(max(need, 2 * len(self._out)), dtype=np.uint8)
         except MemoryError:
             raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
+
+
+def local_chunks(reader: LocalReader, window, block_rows: int) -> Iterator[Chunk]:
+    """Chunks of `window` read in this process, in window order (the runtime=None path)."""
+    for first in range(0, window.length, block_rows):
+        count = min(block_rows, window.length - first)
+        rows = window.rows(first, count)
+        cache_pos, sample_id = window.population.resolve(rows)
+        cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
+        sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
+        arrays = np.empty((4, count), dtype=np.int64)
+        pos = 0
+        while pos < count:
+            done, _used, need = reader.gather_into(cache_pos[pos:], sample_id[pos:], reader._out,
+                                                   arrays[0, pos:], arrays[1, pos:], arrays[2, pos:], arrays[3, pos:])
+            if done == 0:
+                reader._grow(need)
+                continue
+            end = pos + done
+            yield Chunk(first + pos, done, reader._out, arrays[0, pos:end], arrays[1, pos:end], arrays[2, pos:end],
+                        arrays[3, pos:end], cache_pos[pos:end], sample_id[pos:end], rows[pos:end])
+            pos = end

@@ -15,9 +15,9 @@ once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
                                   rows == 0 and need_bytes > 0: the next record alone exceeds a
                                   slot and the parent reads it in-process)
                      TaskFailed   an exception: its qualified type, message and traceback text
-Slot layout (ring file offset slot * slot_bytes): six int64 arrays of rows_per_slot entries —
-json_off, json_len, data_off, data_len, cache_pos, sample_id — then the data region; offsets
-are relative to the data region. A slot is written only by the worker it was assigned to and
+Slot layout (ring file offset slot * slot_bytes): seven int64 arrays of rows_per_slot entries —
+json_off, json_len, data_off, data_len, cache_pos, sample_id, row (population row) — then the
+data region; offsets are relative to the data region. A slot is written only by the worker it was assigned to and
 read only after its TaskDone; the parent reassigns it only after the consumer released it.
 Results of a run the parent already closed are discarded.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SLOT_ARRAYS = 6  # json_off, json_len, data_off, data_len, cache_pos, sample_id
+SLOT_ARRAYS = 7  # json_off, json_len, data_off, data_len, cache_pos, sample_id, row
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from datasetrt import errors
-from datasetrt.runtime.local import LocalReader
+from datasetrt.runtime.local import Chunk, LocalReader
 from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import SLOT_ARRAYS, CloseRun, OpenRun, ReadTask, TaskDone, TaskFailed, slot_header_bytes
@@ -55,24 +55,6 @@ class RunShape:
         slot_bytes = slot_header_bytes(rows) + data
         slot_bytes = -(-slot_bytes // 4096) * 4096
         return cls(slots, rows, slot_bytes)
-
-
-@dataclass
-class Chunk:
-    """`rows` consecutive window rows starting at window position `first`.
-
-    Offsets in json_off/data_off are relative to `data`. Valid until the next chunk is requested.
-    """
-
-    first: int
-    rows: int
-    data: np.ndarray
-    json_off: np.ndarray
-    json_len: np.ndarray
-    data_off: np.ndarray
-    data_len: np.ndarray
-    cache_pos: np.ndarray
-    sample_id: np.ndarray
 
 
 class ParallelRun:
@@ -198,21 +180,22 @@ class ParallelRun:
                 n = done.rows
                 held = done.slot
                 yield Chunk(position, n, data, arrays[0, :n], arrays[1, :n], arrays[2, :n], arrays[3, :n],
-                            arrays[4, :n], arrays[5, :n].view(np.uint64))
+                            arrays[4, :n], arrays[5, :n].view(np.uint64), arrays[6, :n])
                 position += n
         finally:
             self.close()
 
     def _inline_chunk(self, position: int) -> Chunk:
-        cache_pos, sample_id = self.window.population.resolve(self.window.rows(position, 1))
+        """Read one record too large for a ring slot in this process (its own buffer)."""
+        rows = self.window.rows(position, 1)
+        cache_pos, sample_id = self.window.population.resolve(rows)
         cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
         datas, jsons = self.fallback.read(cache_pos, sample_id)
-        payload = datas[0]
         js = jsons[0].encode()
-        buf = np.frombuffer(js + payload, dtype=np.uint8)
+        buf = np.frombuffer(js + datas[0], dtype=np.uint8)
         return Chunk(position, 1, buf, np.array([0]), np.array([len(js)]), np.array([len(js)]),
-                     np.array([len(payload)]), cache_pos, sample_id)
+                     np.array([len(datas[0])]), cache_pos, sample_id, np.asarray(rows, dtype=np.int64))
 
     def close(self) -> None:
         """Idempotent: tell workers the run is over, drop its handler, remove its files."""

@@ -75,7 +75,8 @@ class _Run:
     def execute(self, task: ReadTask) -> tuple[int, int]:
         """Gather window positions [first, first+count) into the task's slot: (rows, need_bytes)."""
         spec = self.spec
-        cache_pos, sample_id = self.window.population.resolve(self.window.rows(task.first, task.count))
+        rows_planned = self.window.rows(task.first, task.count)
+        cache_pos, sample_id = self.window.population.resolve(rows_planned)
         base = task.slot * spec.slot_bytes
         header = np.ndarray((SLOT_ARRAYS, spec.rows_per_slot), dtype=np.int64, buffer=self.ring, offset=base)
         data = np.ndarray(spec.slot_bytes - self.header_bytes, dtype=np.uint8, buffer=self.ring,
@@ -88,6 +89,7 @@ class _Run:
         )
         header[4, :rows] = cache_pos[:rows]
         header[5, :rows] = sample_id[:rows].view(np.int64)
+        header[6, :rows] = rows_planned[:rows]
         return rows, need
 
     def close(self) -> None:

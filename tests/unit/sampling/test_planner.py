@@ -1,0 +1,190 @@
+"""datasetrt.sampling.planner against plain references: the cyclic cursor and tests/reference/rng048."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+from datasetrt.table.catalog import CacheCatalog
+from tests.reference import rng048 as ref
+
+M64 = 2**64 - 1
+u64 = st.integers(0, M64)
+weights_st = st.lists(st.floats(min_value=1e-3, max_value=1e3, allow_nan=False), min_size=1, max_size=12)
+
+
+def catalog(counts=(3, 0, 4)) -> CacheCatalog:
+    return CacheCatalog([100 + k for k in range(len(counts))], list(counts), [str(k) for k in range(len(counts))])
+
+
+def active(cat: CacheCatalog, pairs, weights) -> ActiveRows:
+    return ActiveRows(cache_pos=np.array([p for p, _ in pairs], dtype=np.int64),
+                      sample_id=np.array([s for _, s in pairs], dtype=np.uint64),
+                      weights=np.asarray(weights, dtype=np.float64))
+
+
+def physical_pairs(cat: CacheCatalog):
+    return [(k, s) for k, n in enumerate(cat.counts.tolist()) for s in range(n)]
+
+
+def resolved(window: Window, block_rows: int):
+    out = []
+    for pos, sid in window.blocks(block_rows):
+        assert pos.dtype == np.int64 and sid.dtype == np.uint64 and len(pos) == len(sid) <= block_rows
+        out += list(zip(pos.tolist(), sid.tolist()))
+    return out
+
+
+# -- population ----------------------------------------------------------------------------------
+
+
+def test_population_physical_then_active():
+    cat = catalog()
+    phys = Population(cat)
+    assert len(phys) == 7 and not phys.weighted
+    pos, sid = phys.resolve(np.array([0, 2, 3, 6]))
+    assert pos.tolist() == [0, 0, 2, 2] and sid.tolist() == [0, 2, 0, 3]
+    act = Population(cat, active(cat, [(2, 3), (0, 1), (2, 3)], [1.0, 1.0, 1.0]))
+    assert len(act) == 3 and act.weighted  # weighted even with all-ones weights
+    pos, sid = act.resolve(np.array([2, 0, 1]))
+    assert pos.tolist() == [2, 2, 0] and sid.tolist() == [3, 3, 1]
+
+
+def test_cumulative_matches_reference_and_is_cached():
+    cat = catalog()
+    w = [0.5, 2.0, 1.25, 3.0]
+    pop = Population(cat, active(cat, [(0, 0)] * 4, w))
+    cum, scale = pop.cumulative()
+    ref_cum, ref_scale = ref.cumulative(w)
+    assert cum.tolist() == ref_cum and scale == ref_scale
+    assert pop.cumulative()[0] is cum
+
+
+# -- ordered --------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 30), start=st.integers(0, 29), length=st.integers(1, 80),
+       first=st.integers(0, 80), count=st.integers(0, 40))
+def test_ordered_rows_are_cyclic(n, start, length, first, count):
+    start %= n
+    pop = Population(CacheCatalog([1], [n], ["a"]))
+    window = Window(pop, False, 123, start, length)
+    got = window.rows(first, count)
+    assert got.dtype == np.int64
+    assert got.tolist() == [(start + first + k) % n for k in range(count)]
+
+
+def test_ordered_example_from_reference():
+    pop = Population(CacheCatalog([1], [5], ["a"]))
+    cursor, windows = 0, []
+    for _ in range(3):
+        windows.append(Window(pop, False, 0, cursor, 2).rows(0, 2).tolist())
+        cursor = advance(False, cursor, 2, 5)
+    assert windows == [[0, 1], [2, 3], [4, 0]]
+    assert Window(pop, False, 0, 0, 7).rows(0, 7).tolist() == [0, 1, 2, 3, 4, 0, 1]
+
+
+def test_ordered_ignores_weights_and_keeps_duplicates():
+    cat = catalog()
+    pairs = [(2, 1), (0, 0), (2, 1)]
+    pop = Population(cat, active(cat, pairs, [5.0, 1e-9, 100.0]))
+    assert resolved(Window(pop, False, 9, 1, 6), 4) == pairs[1:] + pairs + pairs[:1]
+
+
+# -- shuffled ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=u64, counts=st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
+       start=st.one_of(st.integers(0, 100), u64), first=st.integers(0, 20), count=st.integers(0, 20))
+def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, count):
+    cat = catalog(counts)
+    window = Window(Population(cat), True, seed, start, first + count)
+    expected = [ref.gen_range(ref.draw_rng(seed, (start + first + k) & M64), cat.total) for k in range(count)]
+    assert window.rows(first, count).tolist() == expected
+    if start + first + count <= M64:
+        assert expected == ref.uniform_draws(seed, cat.total, start + first, count)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=u64, weights=weights_st, start=st.one_of(st.integers(0, 100), u64),
+       first=st.integers(0, 20), count=st.integers(0, 20))
+def test_shuffled_active_rows_equal_weighted_draws(seed, weights, start, first, count):
+    cat = catalog()
+    pop = Population(cat, active(cat, [(0, k % 3) for k in range(len(weights))], weights))
+    window = Window(pop, True, seed, start, first + count)
+    cum, scale = ref.cumulative(weights)
+    expected = [ref.weighted(ref.draw_rng(seed, (start + first + k) & M64), cum, scale) for k in range(count)]
+    assert window.rows(first, count).tolist() == expected
+
+
+def test_shuffled_known_sequences():
+    cat = CacheCatalog([1, 2], [5, 4], ["a", "b"])
+    assert Window(Population(cat), True, 7, 20, 20).rows(0, 20).tolist() == ref.uniform_draws(7, 9, 20, 20)
+    ones = active(cat, physical_pairs(cat), [1.0] * 9)
+    weighted = Window(Population(cat, ones), True, 7, 0, 20).rows(0, 20).tolist()
+    assert weighted == ref.weighted_draws(7, [1.0] * 9, 0, 20)
+    assert weighted != ref.uniform_draws(7, 9, 0, 20)  # the weighted path differs even with equal weights
+
+
+def test_shuffled_resolves_physical_index_in_path_order():
+    cat = catalog((3, 0, 4))
+    pairs = physical_pairs(cat)
+    rows = ref.uniform_draws(11, 7, 0, 30)
+    assert resolved(Window(Population(cat), True, 11, 0, 30), 7) == [pairs[r] for r in rows]
+
+
+def test_shuffled_resolves_active_position_with_duplicates():
+    cat = catalog()
+    pairs = [(2, 3), (2, 3), (0, 1), (2, 0)]
+    w = [1.0, 1.0, 4.0, 0.5]
+    rows = ref.weighted_draws(5, w, 3, 25)
+    assert resolved(Window(Population(cat, active(cat, pairs, w)), True, 5, 3, 25), 6) == [pairs[r] for r in rows]
+
+
+# -- blocks ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(shuffle=st.booleans(), weighted=st.booleans(), seed=u64, start=st.integers(0, 50),
+       length=st.integers(0, 60), block_a=st.integers(1, 70), block_b=st.integers(1, 70))
+def test_blocks_concatenation_independent_of_block_size(shuffle, weighted, seed, start, length, block_a, block_b):
+    cat = catalog((3, 0, 4))
+    pairs = physical_pairs(cat)
+    pop = Population(cat, active(cat, pairs[::-1], [float(k + 1) for k in range(7)]) if weighted else None)
+    if not shuffle:
+        start %= len(pop)
+    window = Window(pop, shuffle, seed, start, length)
+    whole = resolved(window, block_a)
+    assert len(whole) == length
+    assert whole == resolved(window, block_b) == resolved(window, max(length, 1))
+
+
+def test_blocks_of_empty_window():
+    assert list(Window(Population(catalog()), True, 0, 0, 0).blocks(8)) == []
+
+
+# -- advance --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position,length,n,expected", [(0, 2, 5, 2), (4, 2, 5, 1), (3, 7, 5, 0), (0, 2**64 - 1, 5, 0)])
+def test_advance_ordered(position, length, n, expected):
+    assert advance(False, position, length, n) == expected
+
+
+def test_advance_shuffled_adds_and_wraps():
+    assert advance(True, 10, 6, 3) == 16
+    assert advance(True, M64 - 1, 5, 3) == 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=u64, lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5))
+def test_consecutive_windows_continue_one_stream(seed, lengths):
+    pop = Population(CacheCatalog([1], [6], ["a"]))
+    draw, parts = 0, []
+    for length in lengths:
+        parts += Window(pop, True, seed, draw, length).rows(0, length).tolist()
+        draw = advance(True, draw, length, 6)
+    assert parts == Window(pop, True, seed, 0, sum(lengths)).rows(0, sum(lengths)).tolist()
