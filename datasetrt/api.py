@@ -34,6 +34,7 @@ from datasetrt.records import (
     MetadataValue,
     Ok,
     Result,
+    SampleBatch,
     SizedTorchIterableDataset,
 )
 
@@ -48,5 +49,5 @@ __all__ = [
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
     "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
-    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue",
+    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch",
 ]

@@ -48,7 +48,9 @@ from datasetrt.records import (
     ManifestUpdateError,
     ManifestUpdateReport,
     Ok,
+    SampleBatch,
 )
+from datasetrt._native.batch import json_array, pack_payloads, payload_list
 from datasetrt._native.gather import slice_records
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
@@ -121,6 +123,7 @@ class CachedDataset:
         self._validation_tables: dict[int, Any] = {}
         self._labels = [str(h.path) for h in self._handles]
         self._largest_record: int | None = None
+        self._arrow_cache: tuple[Any, Any] | None = None
         key = "\0".join(str(h.path.absolute()) for h in self._handles) + f"\0{reader_config.verify_records}"
         self._dataset_key = hashlib.sha256(key.encode()).hexdigest()[:24]
 
@@ -171,13 +174,76 @@ class CachedDataset:
     def _iterate(self) -> Iterator[CachedSample]:
         window = self._reserve()
         cache_ids = self._catalog.cache_ids
+        validate = self.reader_config.validate_cache
         for chunk in self._chunks(window):
+            metas = self._chunk_metadata(chunk)
+            if validate:
+                self._compare_embedded(metas, chunk.cache_pos, chunk.sample_id)
+            datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
+            yield from map(CachedSample, datas, metas, cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist())
+
+    def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
+        """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es
+        of `batch_size` (the last one shorter unless drop_last). Reserves its window at the
+        first next(), like __iter__. No Python object is created per sample.
+        """
+        if type(batch_size) is not int or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return self._iterate_batches(batch_size, drop_last, with_metadata)
+
+    def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
+        window = self._reserve()
+        table = self._arrow_table(window.population) if with_metadata else None
+        cache_ids = self._catalog.cache_ids
+        validate = self.reader_config.validate_cache
+        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        filled = 0
+        for chunk in self._chunks(window):
+            if validate:
+                self._compare_embedded(self._chunk_metadata(chunk), chunk.cache_pos, chunk.sample_id)
+            start = 0
+            while start < chunk.rows:
+                take = min(batch_size - filled, chunk.rows - start)
+                end = start + take
+                lens = chunk.data_len[start:end]
+                data = np.empty(int(lens.sum()), dtype=np.uint8)
+                starts = np.empty(take, dtype=np.int64)
+                pack_payloads(chunk.data, chunk.data_off[start:end], lens, take, data, starts, 0)
+                pieces.append((data, lens.copy(), chunk.cache_pos[start:end].copy(),
+                               chunk.sample_id[start:end].copy(), chunk.row[start:end].copy()))
+                filled += take
+                start = end
+                if filled == batch_size:
+                    yield _make_batch(pieces, cache_ids, table)
+                    pieces, filled = [], 0
+        if pieces and not drop_last:
+            yield _make_batch(pieces, cache_ids, table)
+
+    def _arrow_table(self, population: Population) -> Any:
+        """pyarrow form of the table whose rows a population's planner rows index (cached):
+        the frame that population was validated from, or the physical table."""
+        frame = population.source
+        if frame is None:
+            frame = self._physical_frame if self._physical_frame is not None else self.get_metadata()
+        if self._arrow_cache is None or self._arrow_cache[0] is not frame:
+            self._arrow_cache = (frame, frame.to_arrow())
+        return self._arrow_cache[1]
+
+    def _chunk_metadata(self, chunk: Chunk) -> list[dict]:
+        """Embedded metadata of a chunk: one json.loads over the joined records when each record
+        is structurally one object (the kernel checks), else per record for a precise error."""
+        text, _bad = json_array(chunk.data, chunk.json_off, chunk.json_len, chunk.rows)
+        if text is not None:
             try:
-                datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
-                                             chunk.data_off, chunk.data_len, chunk.rows)
-            except UnicodeDecodeError as exc:
-                raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
-            yield from self._to_samples(datas, jsons, chunk.cache_pos, chunk.sample_id, cache_ids)
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                pass
+        try:
+            _datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
+                                          chunk.data_off, chunk.data_len, chunk.rows)
+        except UnicodeDecodeError as exc:
+            raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
+        return _parse_metadata(jsons, self._labels, chunk.cache_pos, chunk.sample_id)
 
     def _chunks(self, window: Window) -> Iterator[Chunk]:
         """Gathered records of `window` in plan order: worker processes when the dataset has a
@@ -281,7 +347,7 @@ class CachedDataset:
         if not isinstance(df, pl.DataFrame):
             raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
         active: ActiveRows = validate_update(df, self._catalog, self._schema)
-        population = Population(self._catalog, active)
+        population = Population(self._catalog, active, source=df)
         with self._lock:
             self._population = population
             self._active_frame = df
@@ -351,6 +417,18 @@ class CachedDataset:
 
     def __repr__(self) -> str:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
+
+
+def _make_batch(pieces: list, cache_ids: np.ndarray, table: Any) -> SampleBatch:
+    """Concatenate batch pieces (payloads, lengths, cache positions, sample ids, table rows)."""
+    if len(pieces) == 1:
+        data, lens, cache_pos, sample_id, rows = pieces[0]
+    else:
+        data, lens, cache_pos, sample_id, rows = (np.concatenate(parts) for parts in zip(*pieces))
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    metadata = table.take(rows) if table is not None else None
+    return SampleBatch(data, offsets, cache_ids[cache_pos], sample_id.view(np.uint64), metadata)
 
 
 def _read_checked(reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list, list]:
@@ -504,8 +582,9 @@ class DatasetRuntime:
         profiles: list = []
         check = _reuse_checker(writer_config) if reuse_existing else None
         try:
-            results, profiles = write_sources(items, Path(path), writer_config, pool=self._writer_pool(),
-                                              progress=progress, reuse_existing=reuse_existing, check_reused=check)
+            results, _ = write_sources(items, Path(path), writer_config, pool=self._writer_pool(),
+                                       progress=progress, reuse_existing=reuse_existing, check_reused=check,
+                                       profiles=profiles)
         finally:
             if progress is not None:
                 progress.close()

@@ -64,6 +64,31 @@ class CacheSourcesDatasetError(NamedTuple):
 CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
 
 
+@dataclass(frozen=True, eq=False)
+class SampleBatch:
+    """A batch of consecutive plan positions without a Python object per sample (datasetrt).
+
+    `data` (uint8) holds the payloads back to back; payload i is data[offsets[i]:offsets[i+1]]
+    (`offsets` int64, len n+1). `cache_id`/`sample_id` are uint64 arrays of length n.
+    `metadata` is a pyarrow Table with the dataset table's rows for these samples (the active
+    table after update_metadata, so weights and extra columns come along), or None when not
+    requested. Arrays are owned by the batch (no views into reader buffers).
+    """
+
+    data: Any
+    offsets: Any
+    cache_id: Any
+    sample_id: Any
+    metadata: Any = None
+
+    def __len__(self) -> int:
+        return len(self.cache_id)
+
+    def payload(self, i: int) -> memoryview:
+        """Zero-copy view of payload i."""
+        return memoryview(self.data)[int(self.offsets[i]) : int(self.offsets[i + 1])]
+
+
 @runtime_checkable
 class CacheSource(Protocol):
     """A named iterable of CacheInput. The name becomes the cache directory and its v3 cache_id."""
@@ -119,7 +144,7 @@ class ManifestUpdateError:
 
 PUBLIC_RECORDS = (
     CacheInput, CachedSample, CacheWriteSuccess, CacheWriteError, CacheSourcesDatasetSuccess,
-    CacheSourcesDatasetError, CacheSource, SizedTorchIterableDataset, Ok, Err, ManifestUpdateEntry,
+    CacheSourcesDatasetError, CacheSource, SizedTorchIterableDataset, SampleBatch, Ok, Err, ManifestUpdateEntry,
     ManifestUpdateReport, AbsentManifestTarget, ManifestUpdateError,
 )
 for _cls in PUBLIC_RECORDS:

@@ -55,14 +55,14 @@ def normalize_value(key: str, value: Any) -> tuple[str, Any]:
         return "float", fv
     if t is str:
         return "string", value
-    if isinstance(value, bool):
-        return "bool", bool(value)
+    # Subclasses (IntEnum, StrEnum, ...): take the stored value without calling overridable
+    # __int__/__float__/__str__, as dataset-rt's native extraction does.
     if isinstance(value, int):
-        return normalize_value(key, int(value))
+        return normalize_value(key, int.__int__(value))
     if isinstance(value, float):
-        return normalize_value(key, float(value))
+        return normalize_value(key, float.__float__(value))
     if isinstance(value, str):
-        return "string", str(value)
+        return "string", str.__str__(value)
     raise SourceError("metadata values must be bool, int, float, or str")
 
 
@@ -86,8 +86,11 @@ class MetadataSchema:
     def __init__(self, first: Mapping[str, Any]) -> None:
         checked = check_metadata_mapping(first)
         if not checked:
-            raise SourceError("metadata must contain at least one field")
-        names = sorted(checked)
+            # dataset-rt's wording (arrow-rs refuses a zero-column batch).
+            raise SourceError(
+                "Arrow error: Invalid argument error: must either specify a row count or at least one column"
+            )
+        names = sorted(str(n) for n in checked)
         for name in names:
             if name in RESERVED_COLUMNS:
                 raise SourceError(
@@ -123,7 +126,11 @@ class MetadataSchema:
             parts.append(_encode_value(kind, value))
             values.append(value)
         parts.append("}")
-        return "".join(parts).encode("utf-8"), tuple(values)
+        try:
+            encoded = "".join(parts).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in a string value (or key): not storable UTF-8
+            raise SourceError("metadata values must be bool, int, float, or str") from None
+        return encoded, tuple(values)
 
 
 def check_metadata_mapping(metadata: Any) -> dict:
@@ -131,22 +138,29 @@ def check_metadata_mapping(metadata: Any) -> dict:
     if not isinstance(metadata, dict):
         raise SourceError("metadata must be a dict")
     for key in metadata:
-        if type(key) is not str:
+        if not isinstance(key, str):  # str subclasses (np.str_, StrEnum) are accepted, as in dataset-rt
             raise SourceError("metadata keys must be strings")
     return metadata
 
 
-def as_payload(data: Any) -> memoryview:
-    """A flat byte view of a payload (bytes, bytearray, memoryview or any C-contiguous buffer)."""
+def as_payload(data: Any) -> bytes:
+    """The payload as immutable bytes: `bytes` as is, any other buffer copied (C order).
+
+    The copy is required: records are committed in blocks after the source has moved on, and
+    sources commonly reuse one bytearray/numpy buffer per sample (a view would see later
+    contents, and would make resizing the buffer fail with BufferError). Non-contiguous and
+    0-d buffers are accepted, as dataset-rt does.
+    """
+    if type(data) is bytes:
+        return data
     if isinstance(data, str) or data is None:
         raise SourceError("data must be bytes-like")
     try:
         view = memoryview(data)
-    except TypeError:
+    except (TypeError, ValueError, BufferError):  # e.g. numpy object/datetime arrays refuse a buffer
         raise SourceError("data must be bytes-like") from None
-    if not view.c_contiguous:
-        raise SourceError("data must be bytes-like (C-contiguous)")
-    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    with view:
+        return view.tobytes()
 
 
 def unpack_input(item: Any) -> tuple[Any, Any]:

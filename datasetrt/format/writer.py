@@ -4,8 +4,9 @@ Boundary: knows the byte layouts (via envelope/manifest/layout) and the filesyst
 of tables, sampling or reader processes.
 
 Publication protocol (one source):
-  1. take an exclusive flock on <base>/tmp/.<name>.lock (a second writer of the same name fails
-     fast; a stale staging dir left by a killed writer is recognised because its lock is free);
+  1. take an exclusive flock on <base>/tmp/.<name>.lock (`lock_file_name`: hashed when the name is
+     too long for it); a second writer of the same name fails fast, and a stale staging dir left
+     by a killed writer is recognised because its lock is free;
   2. stage every file under <base>/tmp/<name>/, hashing while writing;
   3. write metadata.arrow, index.bin, the checksum sidecar, then manifest.json LAST; fsync each
      file and the staging directories;
@@ -65,26 +66,32 @@ SHARD_BUFFER_BYTES = 1 << 20
 # ------------------------------------------------------------------------------------------------
 
 
-def source_label(source: Any, position: int) -> tuple[str, str | None]:
-    """(label for results, validated name or None). The label is the name when it is usable."""
+def source_label(source: Any, position: int, base: Path | None = None) -> tuple[str, str | None]:
+    """(label for results, problem message or None). The label is the name when it is a str.
+
+    Messages are dataset-rt 0.4.8's serial-writer wording (reference §2.5).
+    """
     try:
         name = source.name
     except Exception as exc:  # noqa: BLE001 - a source's property may raise anything
-        return f"source[{position}]", f"CacheSource.name could not be read: {type(exc).__name__}: {exc}"
+        return f"source[{position}]", f"Python error: {type(exc).__name__}: {exc}"
     if not isinstance(name, str):
-        return f"source[{position}]", f"CacheSource.name must be a str, got {type(name).__name__}"
+        return f"source[{position}]", f"Python error: TypeError: '{type(name).__name__}' object is not an instance of 'str'"
     if name == "":
         return f"source[{position}]", "CacheSource.name must not be empty"
-    if name in (".", "..") or "/" in name or "\0" in name:
+    if name in (".", "..") or "/" in name:
         return f"source[{position}]", "CacheSource.name must be a plain path segment"
-    if name == STAGING_DIR:
-        return name, f"CacheSource.name must not be '{STAGING_DIR}' (reserved for staging)"
     try:
         encoded = name.encode("utf-8")
-    except UnicodeEncodeError:
-        return f"source[{position}]", "CacheSource.name must be valid UTF-8"
+    except UnicodeEncodeError as exc:
+        return f"source[{position}]", f"Python error: UnicodeEncodeError: {exc}"
+    if "\0" in name:
+        return name, "I/O error: file name contained an unexpected NUL byte"
+    if name == STAGING_DIR:
+        where = (base / STAGING_DIR).absolute() if base is not None else STAGING_DIR
+        return name, f"cache path already exists: {where}"
     if len(encoded) > 255:
-        return name[:40] + "...", "CacheSource.name is longer than 255 bytes (File name too long)"
+        return name, "I/O error: File name too long (os error 36)"
     return name, None
 
 
@@ -329,13 +336,9 @@ def _staging_lock(base: Path, name: str) -> Iterator[Path]:
     """Exclusive per-name writer lock; yields a fresh, empty staging dir (stale ones recovered)."""
     tmp = base / STAGING_DIR
     tmp.mkdir(parents=True, exist_ok=True)
-    lock_path = tmp / f".{name}.lock"
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock_path = tmp / lock_file_name(name)
+    fd = _lock_file(lock_path, name, base)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SourceError(f"another process is writing cache {name!r} into {base.absolute()}") from None
         staging = tmp / name
         if staging.exists() or staging.is_symlink():
             _remove(staging)  # stale: its writer died (its lock is free)
@@ -350,6 +353,43 @@ def _staging_lock(base: Path, name: str) -> Iterator[Path]:
                 pass
     finally:
         os.close(fd)
+
+
+def lock_file_name(name: str) -> str:
+    """`.<name>.lock`, or `.<sha256 hex of name>.lock` when that would exceed NAME_MAX (255 bytes),
+    so every name dataset-rt accepts (up to 255 bytes) can be locked."""
+    lock = f".{name}.lock"
+    if len(lock.encode("utf-8")) > 255:
+        lock = f".{hashlib.sha256(name.encode('utf-8')).hexdigest()}.lock"
+    return lock
+
+
+def _lock_file(lock_path: Path, name: str, base: Path) -> int:
+    """Open and exclusively flock the lock file; return its fd.
+
+    The holder unlinks the lock file before releasing it, so a writer that opened the old inode
+    could otherwise win a lock nobody else can see while a third writer locks a new file of the
+    same name. After locking we therefore check that the path still names our inode, and retry
+    on the current file if it does not.
+    """
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise SourceError(f"another process is writing cache {name!r} into {base.absolute()}") from None
+            try:
+                current = os.stat(lock_path)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # stale inode: its holder unlinked it; lock the current file instead
 
 
 def _remove(path: Path) -> None:
@@ -371,8 +411,9 @@ class SourceWriter:
         self.pool = pool
         self.progress = progress
 
-    def write(self, source: Any, name: str) -> tuple[CacheWriteResult, StageProfile]:
-        profile = StageProfile(self.config.profiler.enabled)
+    def write(self, source: Any, name: str, profile: StageProfile | None = None) -> tuple[CacheWriteResult, StageProfile]:
+        if profile is None:
+            profile = StageProfile(self.config.profiler.enabled)
         target = self.base / name
         if os.path.lexists(target):
             return CacheWriteError(name, f"cache path already exists: {target.absolute()}"), profile
@@ -414,14 +455,19 @@ class SourceWriter:
         raw_lens: list = []
         values: list = []
         for item in _guarded(iterator, profile):
-            with profile.stage("python_extract"):
-                data, metadata = envelope.unpack_input(item)
-                view = envelope.as_payload(data)
-            with profile.stage("metadata_validate"):
-                js, row = staged.accept_metadata(metadata)
+            try:
+                with profile.stage("python_extract"):
+                    data, metadata = envelope.unpack_input(item)
+                    payload = envelope.as_payload(data)
+                with profile.stage("metadata_validate"):
+                    js, row = staged.accept_metadata(metadata)
+            except (DatasetRTError, KeyboardInterrupt, SystemExit):
+                raise
+            except Exception as exc:  # noqa: BLE001 - user objects (__eq__, __hash__, buffers) may raise anything
+                raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
             jsons.append(js)
-            payloads.append(view)
-            raw_lens.append(view.nbytes)
+            payloads.append(payload)
+            raw_lens.append(len(payload))
             values.append(row)
             if len(jsons) >= block_limit:
                 self._submit(compress, inflight, jsons, payloads, raw_lens, values, profile)
@@ -492,12 +538,17 @@ def write_sources(
     progress: Any,
     reuse_existing: bool = False,
     check_reused: Any = None,
+    profiles: list[tuple[str, StageProfile]] | None = None,
 ) -> tuple[list[CacheWriteResult], list[tuple[str, StageProfile]]]:
     """Write each source in order; per-source failures are values and later sources continue.
 
     `check_reused(name, path) -> str | None` validates an existing cache when `reuse_existing`
-    (None = fine, else the error message).
+    (None = fine, else the error message). `profiles`, when given, is filled in place as each
+    source starts (so a caller still has the finished and the interrupted sources' profiles
+    when KeyboardInterrupt/SystemExit propagates) and is the list returned.
     """
+    if profiles is None:
+        profiles = []
     sources = list(sources)
     base = Path(base)
     if not sources:
@@ -513,18 +564,18 @@ def write_sources(
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
     writer = SourceWriter(base, config, pool, progress)
     results: list[CacheWriteResult] = []
-    profiles: list[tuple[str, StageProfile]] = []
     for position, source in enumerate(sources):
-        label, problem = source_label(source, position)
+        label, problem = source_label(source, position, base)
         if problem is not None:
             results.append(CacheWriteError(label, problem))
         elif reuse_existing and os.path.lexists(base / label):
             problem = check_reused(label, base / label) if check_reused is not None else None
             results.append(CacheWriteError(label, problem) if problem else CacheWriteSuccess(label, base / label))
         else:
-            result, profile = writer.write(source, label)
-            results.append(result)
+            profile = StageProfile(config.profiler.enabled)
             profiles.append((label, profile))
+            result, _ = writer.write(source, label, profile)
+            results.append(result)
         if progress is not None:
             progress.source_done()
     return results, profiles

@@ -43,9 +43,10 @@ class Population:
     `cum`/`scale` may be given precomputed (a worker maps them from the run snapshot)."""
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
-                 cum: np.ndarray | None = None, scale: float = 0.0) -> None:
+                 cum: np.ndarray | None = None, scale: float = 0.0, source: object = None) -> None:
         self.catalog = catalog
         self.active = active
+        self.source = source  # opaque: the table this population was validated from (for batch metadata)
         self._cum = cum
         self._scale = scale
 

@@ -1,0 +1,98 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Chunk post-processing kernels: pack payloads contiguously; join embedded JSON for one parse.
+
+Boundary: byte buffers and offset arrays in, buffers out; no files, no tables.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy
+
+
+cdef inline bint _is_ws(uint8_t c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+cdef int64_t _single_object(const uint8_t* p, int64_t n) noexcept nogil:
+    """1 if p[0:n] is exactly one JSON object at the structural level (braces and brackets
+    balanced outside strings, depth returning to zero only at the last non-space byte), else 0.
+    Token-level validity is left to the JSON parser."""
+    cdef int64_t i = 0, depth = 0, end = n
+    cdef bint in_str = False
+    cdef uint8_t c
+    while i < n and _is_ws(p[i]):
+        i += 1
+    while end > i and _is_ws(p[end - 1]):
+        end -= 1
+    if i >= end or p[i] != 123:  # '{'
+        return 0
+    while i < end:
+        c = p[i]
+        if in_str:
+            if c == 92:  # backslash: skip the escaped byte
+                i += 1
+            elif c == 34:
+                in_str = False
+        elif c == 34:
+            in_str = True
+        elif c == 123 or c == 91:
+            depth += 1
+        elif c == 125 or c == 93:
+            depth -= 1
+            if depth < 0 or (depth == 0 and i != end - 1):
+                return 0
+        i += 1
+    return 1 if depth == 0 and not in_str else 0
+
+
+def json_array(const uint8_t[::1] data, const int64_t[::1] json_off, const int64_t[::1] json_len, Py_ssize_t n):
+    """(bytes "[j0,j1,...]", -1) when every record's JSON is structurally one object, so one
+    json.loads of the result yields exactly n dicts aligned with the records; else (None, i)
+    with i the first record that is not (the caller parses it alone for the error)."""
+    cdef Py_ssize_t i
+    cdef int64_t total = 2
+    cdef const uint8_t* base = &data[0] if data.shape[0] else NULL
+    for i in range(n):
+        if not _single_object(base + json_off[i], json_len[i]):
+            return None, i
+        total += json_len[i] + 1
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef char* dst = PyBytes_AS_STRING(out)
+    cdef int64_t pos = 1
+    dst[0] = 91  # '['
+    with nogil:
+        for i in range(n):
+            if i:
+                dst[pos] = 44  # ','
+                pos += 1
+            memcpy(dst + pos, base + json_off[i], json_len[i])
+            pos += json_len[i]
+        dst[pos] = 93  # ']'
+    return out[:pos + 1], -1
+
+
+def pack_payloads(const uint8_t[::1] data, const int64_t[::1] data_off, const int64_t[::1] data_len,
+                  Py_ssize_t n, uint8_t[::1] out, int64_t[::1] out_off, Py_ssize_t start):
+    """Copy payloads [0, n) back to back into out[start:], writing their start offsets into
+    out_off[0:n]; returns the end offset. The caller sized `out` (sum of data_len)."""
+    cdef Py_ssize_t i
+    cdef int64_t pos = start
+    cdef const uint8_t* base = &data[0] if data.shape[0] else NULL
+    cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
+    with nogil:
+        for i in range(n):
+            out_off[i] = pos
+            if data_len[i]:
+                memcpy(dst + pos, base + data_off[i], data_len[i])
+            pos += data_len[i]
+    return pos
+
+
+def payload_list(const uint8_t[::1] data, const int64_t[::1] data_off, const int64_t[::1] data_len, Py_ssize_t n):
+    """Payloads [0, n) as a list of new bytes objects (the per-sample path's one copy)."""
+    cdef Py_ssize_t i
+    cdef const char* base = <const char*>&data[0] if data.shape[0] else NULL
+    out = [None] * n
+    for i in range(n):
+        out[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])
+    return out
