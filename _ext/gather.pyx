@@ -55,6 +55,30 @@ cdef extern from *:
     #define DRT_ZSTD_UNKNOWN ZSTD_CONTENTSIZE_UNKNOWN
     #define DRT_ZSTD_ERROR ZSTD_CONTENTSIZE_ERROR
     #define DRT_INDEX_ROW_BYTES 24
+    #define DRT_LZ4_MAX_RATIO 255ULL
+    #define DRT_LZ4_RATIO_SLACK 64ULL
+    #define DRT_ZSTD_RATIO_SHIFT 15
+    #define DRT_LZ4_MAX_BLOCK 0x7E000000ULL
+    /* Offset of the first byte that breaks strict UTF-8 (as CPython's decoder: no overlongs,
+       surrogates or code points above U+10FFFF), or -1 when all n bytes are valid. */
+    static inline int64_t drt_utf8_invalid_at(const uint8_t* p, uint64_t n) {
+        uint64_t i = 0;
+        while (i < n) {
+            uint8_t c = p[i];
+            if (c < 0x80) { i++; continue; }
+            uint64_t need; uint8_t lo = 0x80, hi = 0xBF;
+            if (c >= 0xC2 && c <= 0xDF) need = 1;
+            else if (c >= 0xE0 && c <= 0xEF) { need = 2; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+            else if (c >= 0xF0 && c <= 0xF4) { need = 3; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+            else return (int64_t)i;
+            if (n - i - 1 < need) return (int64_t)i;
+            if (p[i + 1] < lo || p[i + 1] > hi) return (int64_t)i;
+            for (uint64_t k = 2; k <= need; k++)
+                if ((p[i + k] & 0xC0) != 0x80) return (int64_t)i;
+            i += need + 1;
+        }
+        return -1;
+    }
     static inline uint64_t drt_load_u64le(const uint8_t* p) {
         uint64_t v; memcpy(&v, p, 8);
     #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -66,6 +90,15 @@ cdef extern from *:
     const unsigned long long DRT_ZSTD_UNKNOWN
     const unsigned long long DRT_ZSTD_ERROR
     uint64_t drt_load_u64le(const uint8_t* p) nogil
+    int64_t drt_utf8_invalid_at(const uint8_t* p, uint64_t n) nogil
+
+    # Largest decoded/stored size ratios a valid payload can have: an LZ4 block yields at most ~255
+    # bytes per input byte; a zstd frame under 32 KiB per byte (an RLE block: 4 bytes -> 128 KiB).
+    # A size header beyond these is hostile and is refused before anything is sized from it.
+    const uint64_t LZ4_MAX_RATIO "DRT_LZ4_MAX_RATIO"
+    const uint64_t LZ4_RATIO_SLACK "DRT_LZ4_RATIO_SLACK"
+    const int ZSTD_RATIO_SHIFT "DRT_ZSTD_RATIO_SHIFT"
+    const uint64_t LZ4_MAX_BLOCK "DRT_LZ4_MAX_BLOCK"
 
 
 cdef class MappedFile:
@@ -206,10 +239,12 @@ cdef enum Fault:
     F_NOT_OPEN = 12
     F_NOMEM = 13
     F_CODEC = 14
+    F_UTF8 = 15
 
 
 cdef struct FaultInfo:
     int code
+    int codec
     Py_ssize_t row
     uint64_t a
     uint64_t b
@@ -268,12 +303,14 @@ def gather(
     cdef int got, codec
     cdef size_t zgot
     cdef unsigned long long zsize
+    cdef int64_t bad_at
     cdef FaultInfo f
     f.code = F_OK
     f.row = -1
     f.a = 0
     f.b = 0
     f.shard = -1
+    f.codec = -1
     if out.shape[0] == 0:
         cap = 0
     with nogil:
@@ -301,10 +338,13 @@ def gather(
             if rec_len < 8:
                 f.code = F_ENVELOPE
                 break
+            f.a = 0
+            f.b = 0
             if shard_fd[s] < 0:
                 f.code = F_NOT_OPEN
                 break
             codec = shard_codec[s]
+            f.codec = codec
             if codec == CODEC_NONE:
                 if rec_len > cap - pos:
                     need = rec_len
@@ -334,6 +374,11 @@ def gather(
                 f.a = jlen
                 f.b = rec_len
                 break
+            bad_at = drt_utf8_invalid_at(rec + 8, jlen)
+            if bad_at >= 0:
+                f.code = F_UTF8
+                f.a = <uint64_t>bad_at
+                break
             plen = rec_len - 8 - jlen
             payload = rec + 8 + jlen
             if codec == CODEC_NONE:
@@ -350,12 +395,23 @@ def gather(
                     f.code = F_LZ4
                     break
                 dsize = payload[0] | (<uint64_t>payload[1] << 8) | (<uint64_t>payload[2] << 16) | (<uint64_t>payload[3] << 24)
+                if (dsize > LZ4_MAX_BLOCK or plen - 4 > LZ4_MAX_BLOCK
+                        or dsize > (plen - 4) * LZ4_MAX_RATIO + LZ4_RATIO_SLACK):
+                    f.code = F_LZ4
+                    f.a = dsize
+                    f.b = plen
+                    break
             elif codec == CODEC_ZSTD:
                 zsize = ZSTD_getFrameContentSize(payload, plen)
                 if zsize == DRT_ZSTD_UNKNOWN or zsize == DRT_ZSTD_ERROR:
                     f.code = F_ZSTD
                     break
                 dsize = zsize
+                if (dsize >> ZSTD_RATIO_SHIFT) > plen:
+                    f.code = F_ZSTD
+                    f.a = dsize
+                    f.b = plen
+                    break
             else:
                 f.code = F_CODEC
                 f.a = codec
@@ -372,9 +428,6 @@ def gather(
             dst = &out[0] + pos
             memcpy(dst, rec + 8, jlen)
             if codec == CODEC_LZ4:
-                if dsize > 0x7E000000 or plen - 4 > 0x7E000000:
-                    f.code = F_LZ4
-                    break
                 got = LZ4_decompress_safe(<const char*>(payload + 4), <char*>(dst + jlen), <int>(plen - 4), <int>dsize)
                 if got < 0 or <uint64_t>got != dsize:
                     f.code = F_LZ4
@@ -411,8 +464,11 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
     if f.code == F_SHARD_ID:
         raise errors.CacheFormatError(f"index references missing shard {f.a}: {where}")
     if f.code == F_BOUNDS:
-        raise errors.CacheFormatError(
-            f"invalid binary record: index entry (offset {f.a}, byte_len {f.b}) lies outside shard {shard}: {where}")
+        # dataset-rt reports this as the short read it causes (RuntimeError "I/O error: failed to
+        # fill whole buffer"); datasetrt refuses it before reading, so no truncated record escapes.
+        raise errors.CacheIOError(
+            f"I/O error: failed to fill whole buffer: index entry (offset {f.a}, byte_len {f.b}) "
+            f"lies outside shard {shard}: {where}")
     if f.code == F_IO:
         raise errors.CacheIOError(f"I/O error: {strerror(<int>f.a).decode()} (os error {f.a}): shard {shard}: {where}")
     if f.code == F_SHORT_READ:
@@ -422,13 +478,18 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
         raise errors.IntegrityError(f"record checksum mismatch for {where} (shard {shard})")
     if f.code == F_ENVELOPE:
         raise errors.CacheFormatError(f"invalid binary record: {where} (shard {shard})")
-    if f.code == F_LZ4:
-        raise errors.CacheFormatError(f"failed to decompress lz4 payload: {where} (shard {shard})")
-    if f.code == F_ZSTD:
-        raise errors.CacheFormatError(f"failed to decompress zstd payload: {where} (shard {shard})")
+    if f.code == F_LZ4 or f.code == F_ZSTD:
+        name = "lz4" if f.code == F_LZ4 else "zstd"
+        detail = f" (declared decoded size {f.a} is impossible for {f.b} stored bytes)" if f.a else ""
+        raise errors.CacheFormatError(f"failed to decompress {name} payload{detail}: {where} (shard {shard})")
     if f.code == F_DECODED_LIMIT:
+        name = "lz4" if f.codec == CODEC_LZ4 else "zstd"
         raise errors.CacheFormatError(
-            f"decoded payload size {f.a} exceeds the shard's uncompressed_byte_len {f.b}: {where} (shard {shard})")
+            f"failed to decompress {name} payload: decoded size {f.a} exceeds the shard's "
+            f"uncompressed_byte_len {f.b}: {where} (shard {shard})")
+    if f.code == F_UTF8:
+        raise errors.RecordJSONError(
+            f"JSON error: embedded metadata is not valid UTF-8 (byte {f.a}): {where} (shard {shard})")
     if f.code == F_NOT_OPEN:
         raise errors.CacheIOError(f"shard {shard} is not open for reading: {where}")
     if f.code == F_NOMEM:

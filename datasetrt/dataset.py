@@ -34,7 +34,7 @@ from datasetrt.errors import (
     SampleIndexError,
 )
 from datasetrt.format.durable import fsync_path
-from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
+from datasetrt.format.layout import INDEX_NAME, MANIFEST_NAME, U64_MAX
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.writer import write_profile, write_sources
 from datasetrt.records import (
@@ -124,8 +124,7 @@ class CachedDataset:
         self._labels = [str(h.path) for h in self._handles]
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
-        key = "\0".join(str(h.path.absolute()) for h in self._handles) + f"\0{reader_config.verify_records}"
-        self._dataset_key = hashlib.sha256(key.encode()).hexdigest()[:24]
+        self._dataset_key = _dataset_key(self._handles, reader_config.verify_records)
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -280,7 +279,9 @@ class CachedDataset:
             largest = 0
             for handle in self._handles:
                 if handle.sample_count:
-                    largest = max(largest, int(handle.index_array()[:, 2].max()))
+                    # A hostile index length is the gather kernel's to refuse; size by what can exist.
+                    biggest_shard = max((s.byte_len for s in handle.manifest.shards), default=0)
+                    largest = max(largest, min(int(handle.index_array()[:, 2].max()), biggest_shard))
             self._largest_record = largest
         return self._largest_record
 
@@ -417,6 +418,19 @@ class CachedDataset:
 
     def __repr__(self) -> str:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
+
+
+def _dataset_key(handles: list[CacheHandle], verify_records: bool) -> str:
+    """Identity of a cache set for worker-side reader reuse: paths plus each manifest's and
+    index's (device, inode, mtime), so a cache rewritten at the same path is never served from a
+    worker's stale handles."""
+    h = hashlib.sha256(f"{verify_records}".encode())
+    for handle in handles:
+        h.update(b"\0" + str(handle.path.absolute()).encode())
+        for name in (MANIFEST_NAME, INDEX_NAME):
+            st = os.stat(handle.path / name)
+            h.update(f"|{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:32]
 
 
 def _make_batch(pieces: list, cache_ids: np.ndarray, table: Any) -> SampleBatch:

@@ -16,6 +16,7 @@ from datasetrt.errors import ManifestJSONError, MissingManifestError
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
+    INDEX_ROW_BYTES,
     MANIFEST_NAME,
     METADATA_KINDS,
     SHARD_NAME_RE,
@@ -26,6 +27,59 @@ from datasetrt.format.layout import (
 
 ALGOS = ("none", "lz4", "zstd")
 EXTENSION_KEY = "datasetrt"
+# index.bin holds sample_count rows of 24 bytes and its size must fit an off_t.
+MAX_SAMPLE_COUNT = U63_MAX // INDEX_ROW_BYTES
+
+
+class _DuplicateField(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: a repeated key is an error (serde rejects it; last-wins would let two
+    readers of one manifest disagree)."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateField(key)
+            seen.add(key)
+    return doc
+
+
+def _eof_context(text: str) -> str:
+    """serde-style "EOF while parsing <what> at line L column C" for input that ends too early.
+
+    One iterative pass (hostile nesting cannot recurse); only called on the error path.
+    """
+    stack: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            stack.append(ch)
+        elif ch in "]}" and stack:
+            stack.pop()
+    if in_string:
+        what = "a string"
+    elif stack:
+        what = "an object" if stack[-1] == "{" else "a list"
+    else:
+        what = "a value"
+    body = text.rstrip()
+    line = body.count("\n") + 1
+    column = len(body) - (body.rfind("\n") + 1)
+    return f"EOF while parsing {what} at line {line} column {column}"
 
 
 @dataclass(frozen=True)
@@ -201,19 +255,30 @@ def read_manifest(cache_dir: Path) -> Manifest:
 def parse_manifest(raw: bytes, path: Path) -> Manifest:
     """Parse manifest bytes; `path` is only used in messages."""
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestJSONError(f"JSON error: manifest is not UTF-8 ({exc.reason}): {path}") from None
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateField as exc:
+        raise ManifestJSONError(f"JSON error: duplicate manifest field `{exc.key}`: {path}") from None
     except json.JSONDecodeError as exc:
-        what = "EOF while parsing" if exc.pos >= len(raw.strip()) else "syntax error"
-        raise ManifestJSONError(f"JSON error: {what}: {exc.msg} at line {exc.lineno} column {exc.colno}: {path}") from None
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
+            what = _eof_context(text)
+        else:
+            what = f"syntax error: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        raise ManifestJSONError(f"JSON error: {what}: {path}") from None
+    except RecursionError:
+        raise ManifestJSONError(f"JSON error: recursion limit exceeded (nesting too deep): {path}") from None
+    except ValueError as exc:  # e.g. an integer literal longer than sys.get_int_max_str_digits()
+        raise ManifestJSONError(f"JSON error: number out of range ({exc}): {path}") from None
     top = _Fields(path, doc)
     version = top.uint("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS:
         raise ManifestJSONError(f"JSON error: unsupported format version {version}: {path}")
     cache_id = top.uint("cache_id", maximum=U64_MAX, required=version >= 3) if version >= 3 else None
     source_name = top.string("source_name")
-    sample_count = top.uint("sample_count")
+    sample_count = top.uint("sample_count", maximum=MAX_SAMPLE_COUNT)
     schema = []
     seen: set[str] = set()
     for i, item in enumerate(top.array("metadata_schema")):
@@ -232,7 +297,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
     for i, item in enumerate(top.array("shards")):
         f = _Fields(path, item, f" in shards[{i}]")
         name = f.string("name")
-        if not SHARD_NAME_RE.match(name):
+        if not SHARD_NAME_RE.fullmatch(name):
             raise ManifestJSONError(
                 f"JSON error: invalid shard name {name!r} in shards[{i}] (expected NNNNNN.bin): {path}"
             )
@@ -262,7 +327,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
     if isinstance(ext, dict) and "record_checksums" in ext:
         f = _Fields(path, ext["record_checksums"], f" in {EXTENSION_KEY}.record_checksums")
         file_name, algo = f.string("file"), f.string("algo")
-        if algo != CHECKSUM_ALGO or "/" in file_name or file_name in (".", "..") or "\0" in file_name:
+        if algo != CHECKSUM_ALGO or "/" in file_name or file_name in ("", ".", "..") or "\0" in file_name:
             raise f._bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
         checksums = ChecksumSidecar(file=file_name, algo=algo, sha256=f.sha256("sha256"))
     known = {

@@ -120,22 +120,33 @@ class CacheHandle:
 
     # -- metadata.arrow ---------------------------------------------------------------------
 
-    def read_metadata(self) -> pa.Table:
+    def read_metadata(self, *, validating: bool = False) -> pa.Table:
         """Decode metadata.arrow and check it against the manifest (schema, kinds, row count).
 
         Columns are returned in manifest (sorted) order, strings normalised to utf8, null-free
         columns required. The whole file is read into memory and the file closed.
+        `validating=True` (validate_cache) words a kind mismatch as dataset-rt's validator does
+        ("metadata 'x' is not float"); otherwise as its lazy decoder ("does not match manifest schema").
+
+        Framing faults follow dataset-rt: no leading ARROW1 magic or an implausible footer length
+        is CacheFormatError "invalid metadata Arrow footer"; a leading magic without the trailing one
+        (a truncated file) is ArrowFormatError "Arrow error: Parser error: ...".
         """
         path = self.path / METADATA_NAME
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise _io_error(exc, path) from None
-        if len(data) < 12 or data[:6] != b"ARROW1" or data[-6:] != b"ARROW1":
+        if len(data) < 8 or data[:6] != b"ARROW1":
             raise CacheFormatError(f"invalid metadata Arrow footer: {path}")
+        if len(data) < 18 or data[-6:] != b"ARROW1":
+            raise ArrowFormatError(f"Arrow error: Parser error: Arrow file does not contain correct footer: {path}")
+        footer_len = int.from_bytes(data[-10:-6], "little", signed=True)
+        if footer_len <= 0 or footer_len > len(data) - 18:
+            raise CacheFormatError(f"invalid metadata Arrow footer: footer length {footer_len}: {path}")
         try:
             table = ipc.open_file(pa.py_buffer(data)).read_all()
-        except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
         schema = self.manifest.metadata_schema
         if table.num_columns != len(schema):
@@ -143,22 +154,25 @@ class CacheHandle:
         columns = []
         for name, kind in schema:
             if name not in table.column_names:
-                raise CacheFormatError(f"metadata column '{table.column_names[len(columns)]}' does not match manifest schema: {path}")
+                raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
             column = table.column(name)
             if kind == "string":
-                if column.type not in STRING_TYPES:
-                    raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
-                if column.type != pa.string():
+                ok = column.type in STRING_TYPES
+                if ok and column.type != pa.string():
                     column = column.cast(pa.string())
-            elif column.type != ARROW_KIND[kind]:
+            else:
+                ok = column.type == ARROW_KIND[kind]
+            if not ok:
+                if validating:
+                    raise CacheFormatError(f"metadata '{name}' is not {kind}: {path}")
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
             if column.null_count:
                 raise CacheFormatError(f"metadata column '{name}' contains null: {path}")
             columns.append(column)
         if table.num_rows != self.sample_count:
             raise CacheFormatError(
-                f"metadata row count does not match manifest: {path} has {table.num_rows} rows, "
-                f"expected {self.sample_count}"
+                f"metadata row count for cache {self.path} expected {self.sample_count}, got {table.num_rows} "
+                f"(metadata row count does not match manifest): {path}"
             )
         return pa.table(columns, names=[n for n, _ in schema])
 
@@ -173,7 +187,7 @@ class CacheHandle:
             _check_sha256(self.path / SHARDS_DIR / shard.name, shard.sha256)
         if m.checksums is not None:
             _check_sha256(self.path / m.checksums.file, m.checksums.sha256)
-        self.read_metadata()
+        self.read_metadata(validating=True)
         index = self.index_array()
         if len(index):
             shard_ids, offsets, lengths = index[:, 0], index[:, 1], index[:, 2]
