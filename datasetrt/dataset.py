@@ -260,7 +260,8 @@ class CachedDataset:
         """Start a multiprocess read of `window` on the runtime's workers."""
         cfg = self.reader_config
         return ParallelRun(
-            self._runtime._reader_pool(),
+            self._runtime._reader_pool,
+            self._runtime.num_workers,
             dataset_key=self._dataset_key,
             cache_dirs=[str(h.path.absolute()) for h in self._handles],
             counts=self._catalog.counts.tolist(),

@@ -24,7 +24,7 @@ from multiprocess.connection import wait
 
 from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerTimeoutError
 from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerReady
-from datasetrt.runtime.shm import sweep_stale_runs
+from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main
 
 START_METHODS = ("fork", "spawn", "forkserver")
@@ -52,6 +52,7 @@ class WorkerPool:
         self.ready: list[WorkerReady | None] = []
         self.inflight = [0] * num_workers
         self.handlers: dict[int, Callable[[object], None]] = {}
+        self.run_dirs: set = set()  # /dev/shm dirs of open runs, removed by close() at the latest
         self._run_ids = itertools.count(1)
         self._owner_pid = os.getpid()
         self.closed = False
@@ -77,7 +78,8 @@ class WorkerPool:
                 self.task_conns.append(task_w)
                 self.result_conns.append(res_r)
                 self.ready.append(None)
-            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns)
+            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
+                                               self.run_dirs)
             while any(r is None for r in self.ready):
                 self.poll(self.startup_timeout_s, what="worker start-up")
         except BaseException:
@@ -91,7 +93,7 @@ class WorkerPool:
         if self._finalizer is not None:
             self._finalizer()
         else:
-            _shutdown(self.procs, self.task_conns, self.result_conns)
+            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs)
 
     @property
     def pids(self) -> list[int]:
@@ -173,8 +175,10 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def _shutdown(procs: list, task_conns: list, result_conns: list) -> None:
-    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe."""
+def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set) -> None:
+    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe; remove
+    the /dev/shm directories of runs still open. Runs at close(), garbage collection, or
+    interpreter exit (weakref.finalize's atexit hook, before module teardown)."""
     for conn in task_conns:
         try:
             conn.send_bytes(pickle.dumps(Shutdown()))
@@ -193,3 +197,6 @@ def _shutdown(procs: list, task_conns: list, result_conns: list) -> None:
             conn.close()
         except OSError:
             pass
+    for run_dir in list(run_dirs):
+        remove_run_dir(run_dir)
+    run_dirs.clear()

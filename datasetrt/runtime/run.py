@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,21 +60,25 @@ class RunShape:
 class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
-    def __init__(self, pool: WorkerPool, *, dataset_key: str, cache_dirs: list[str], counts: list[int],
-                 verify_records: bool, window: Window, prefetch_size: int, max_record_bytes: int,
-                 memory_limit_bytes: int, timeout_s: float, fallback: LocalReader) -> None:
-        self.pool = pool
+    def __init__(self, get_pool: Callable[[], WorkerPool], num_workers: int, *, dataset_key: str,
+                 cache_dirs: list[str], counts: list[int], verify_records: bool, window: Window,
+                 prefetch_size: int, max_record_bytes: int, memory_limit_bytes: int, timeout_s: float,
+                 fallback: LocalReader) -> None:
+        """Check the memory bound and /dev/shm first; only then get (maybe start) the pool."""
+        self.run_dir: Path | None = None
         self.window = window
         self.timeout_s = timeout_s
         self.fallback = fallback
-        self.shape = RunShape.plan(prefetch_size, pool.num_workers, max_record_bytes)
+        self.shape = RunShape.plan(prefetch_size, num_workers, max_record_bytes)
         population = window.population
         rows = len(population) if population.weighted else 0
-        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, pool.num_workers, snapshot_bytes(rows))
+        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, num_workers, snapshot_bytes(rows))
         bound.check(memory_limit_bytes)
         check_shm_capacity(bound.ring_bytes + snapshot_bytes(rows))
+        self.pool = pool = get_pool()
         self.run_id = pool.new_run_id()
-        self.run_dir: Path | None = new_run_dir()
+        self.run_dir = new_run_dir()
+        pool.run_dirs.add(self.run_dir)
         self._opened: set[int] = set()
         self._free = deque(range(self.shape.slots))
         self._todo: deque[tuple[int, int]] = deque()  # continuation ranges, served first
@@ -198,21 +202,29 @@ class ParallelRun:
                      np.array([len(datas[0])]), cache_pos, sample_id, np.asarray(rows, dtype=np.int64))
 
     def close(self) -> None:
-        """Idempotent: tell workers the run is over, drop its handler, remove its files."""
-        if self.run_dir is None:
+        """Idempotent: tell workers the run is over, drop its handler, remove its files.
+
+        Safe at interpreter exit (module globals may be gone): it only uses what it holds.
+        The pool also removes its runs' directories when it closes, so `runtime.close()` cleans
+        up after iterators that are still open."""
+        run_dir, self.run_dir = self.run_dir, None
+        if run_dir is None:
             return
-        self.pool.handlers.pop(self.run_id, None)
-        if not self.pool.closed:
-            for worker in self._opened:
-                try:
-                    self.pool.send(worker, CloseRun(self.run_id))
-                except errors.WorkerCrashedError:
-                    break
+        pool = self.pool
+        pool.handlers.pop(self.run_id, None)
         ring = getattr(self, "ring", None)
         if ring is not None:
             try:
                 ring.close()
             except BufferError:
                 pass  # a consumer still holds a chunk view; the mapping goes with it
-        remove_run_dir(self.run_dir)
-        self.run_dir = None
+        if run_dir not in pool.run_dirs:
+            return  # the pool already removed it when it closed (crash, runtime.close, exit)
+        pool.run_dirs.discard(run_dir)
+        if not pool.closed:
+            for worker in self._opened:
+                try:
+                    pool.send(worker, CloseRun(self.run_id))
+                except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by send()
+                    break
+        remove_run_dir(run_dir)

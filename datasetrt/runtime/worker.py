@@ -122,15 +122,15 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     handles = [CacheHandle.open(p) for p in msg.cache_dirs]
                     reader = LocalReader(handles, verify_records=msg.verify_records)
                 readers[msg.dataset_key] = reader
-                while len(readers) > MAX_CACHED_READERS:
-                    readers.popitem(last=False)[1].close()
                 runs[msg.run_id] = _Run(msg, reader)
+                _evict_idle(readers, runs)
             except BaseException as exc:  # noqa: BLE001
                 _report(result_conn, index, msg.run_id, -1, exc)
         elif isinstance(msg, CloseRun):
             run = runs.pop(msg.run_id, None)
             if run is not None:
                 run.close()
+                _evict_idle(readers, runs)
         elif isinstance(msg, Shutdown):
             break
     for run in runs.values():
@@ -139,6 +139,17 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
         reader.close()
     task_conn.close()
     result_conn.close()
+
+
+def _evict_idle(readers: OrderedDict, runs: dict) -> None:
+    """Keep at most MAX_CACHED_READERS readers, closing least recently opened ones that no open
+    run uses (readers in use are never closed, so the cache may exceed the cap while they are)."""
+    in_use = {id(run.reader) for run in runs.values()}
+    for key in list(readers):
+        if len(readers) <= MAX_CACHED_READERS:
+            break
+        if id(readers[key]) not in in_use:
+            readers.pop(key).close()
 
 
 def _send(conn, msg: object) -> None:
