@@ -1,0 +1,183 @@
+"""Reader benchmark: datasetrt (worker processes, per-sample and batch paths) vs dataset-rt 0.4.8
+with the same worker count, in one run, on the same caches.
+
+Workloads: 4 KiB and 150 KiB records, ordered and shuffled, none / lz4 / zstd (dataset-rt cannot
+read zstd). Figures per contender: samples/s and MiB/s (median, min, max over repeats), p95
+latency of 256-sample batches, time to first sample (cold: includes worker start-up), and peak PSS
+of the whole process tree. Each contender runs in its own fresh subprocess so imports and caches
+of one never count in another's memory; every contender's output digest must match.
+
+Usage: python -m benchmarks.reader [--quick] [--workers 2] [--repeats R] [--out bench-out/reader.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import Measurement, PayloadSource, machine_facts, ratio_table, save_json
+
+BATCH = 256
+PREFETCH = 1024
+SEED = 11
+
+
+def _digest_update(h, data: bytes, cache_id: int, sample_id: int) -> None:
+    h.update(data)
+    h.update(cache_id.to_bytes(8, "little") + sample_id.to_bytes(8, "little"))
+
+
+def run_child(spec: dict) -> dict:
+    """Measure one contender in this (fresh) process; returns figures and an output digest."""
+    from benchmarks.pss import PeakPss
+
+    contender, paths, workers, shuffle, repeats = (spec[k] for k in ("contender", "paths", "workers", "shuffle", "repeats"))
+    result: dict = {"rates": [], "mib": [], "p95_batch_ms": [], "first_sample_s": None}
+    with PeakPss() as pss:
+        if contender == "page-cache pread (limit)":
+            files = sorted(p for d in paths for p in (Path(d) / "shards").iterdir())
+            buf = bytearray(max(f.stat().st_size for f in files))
+            count = spec["count"]
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for f in files:
+                    fd = os.open(f, os.O_RDONLY)
+                    os.preadv(fd, [memoryview(buf)[: f.stat().st_size]], 0)
+                    os.close(fd)
+                dt = time.perf_counter() - start
+                result["rates"].append(count / dt)
+                result["mib"].append(sum(f.stat().st_size for f in files) / 2**20 / dt)
+            result["digest"] = None
+            result["peak_pss_mib"] = pss.peak / 2**20
+            return result
+        if contender.startswith("dataset-rt"):
+            import dataset_rt as lib
+        else:
+            import datasetrt as lib
+        cfg = lib.ReaderConfig(seed=SEED, shuffle=shuffle, prefetch_size=PREFETCH)
+        start = time.perf_counter()
+        if contender == "datasetrt in-process":
+            runtime = None
+            ds = lib.CachedDataset(paths, reader_config=cfg, runtime=None)
+        else:
+            runtime = lib.DatasetRuntime(num_workers=workers)
+            ds = runtime.cached_dataset(paths, reader_config=cfg)
+        digest = hashlib.sha256()
+        for rep in range(repeats):
+            n = 0
+            nbytes = 0
+            stamps = []
+            t0 = time.perf_counter()
+            if contender == "datasetrt batches":
+                for batch in ds.iter_batches(BATCH, with_metadata=True):
+                    if n == 0 and rep == 0:
+                        result["first_sample_s"] = time.perf_counter() - start
+                    n += len(batch)
+                    nbytes += len(batch.data)
+                    stamps.append(time.perf_counter())
+                    if rep == 0:
+                        for i in range(len(batch)):
+                            _digest_update(digest, bytes(batch.payload(i)), int(batch.cache_id[i]), int(batch.sample_id[i]))
+            else:
+                for sample in ds:
+                    if n == 0 and rep == 0:
+                        result["first_sample_s"] = time.perf_counter() - start
+                    n += 1
+                    nbytes += len(sample.data)
+                    if n % BATCH == 0:
+                        stamps.append(time.perf_counter())
+                    if rep == 0:
+                        _digest_update(digest, sample.data, sample.cache_id, sample.sample_id)
+            dt = time.perf_counter() - t0
+            if rep > 0 or repeats == 1:  # repeat 0 also computes the digest: not timed
+                result["rates"].append(n / dt)
+                result["mib"].append(nbytes / 2**20 / dt)
+                gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
+                if gaps:
+                    result["p95_batch_ms"].append(1e3 * statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else 1e3 * gaps[0])
+        result["digest"] = digest.hexdigest()
+        if runtime is not None and hasattr(runtime, "close"):
+            runtime.close()
+    result["peak_pss_mib"] = pss.peak / 2**20
+    return result
+
+
+def write_workload(base: Path, name: str, count: int, payload_bytes: int, algo: str) -> Path:
+    import datasetrt
+
+    rt = datasetrt.DatasetRuntime(num_workers=2)
+    cfg = datasetrt.WriterConfig(show_progress=False, shard_compression=datasetrt.ShardCompression(algo=algo))
+    [res] = rt.write_cache([PayloadSource(name, count, payload_bytes, datasetrt.CacheInput)], base, writer_config=cfg)
+    rt.close()
+    assert isinstance(res, datasetrt.CacheWriteSuccess), res
+    return Path(res.path)
+
+
+def contender_child(spec: dict) -> dict:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.reader", "--child", json.dumps(spec)],
+                         capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent)
+    if out.returncode != 0:
+        raise RuntimeError(f"{spec['contender']} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats (plus one untimed digest pass)")
+    parser.add_argument("--algos", default="none,lz4,zstd")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=Path("bench-out/reader.json"))
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_child(json.loads(args.child))))
+        return
+    repeats = (args.repeats or (2 if args.quick else 4)) + 1
+    sizes = [(4096, 20_000 if args.quick else 100_000), (150 * 1024, 600 if args.quick else 4_000)]
+    workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-reader-"))
+    measurements: list[Measurement] = []
+    extra: dict = {"workers": args.workers, "prefetch_size": PREFETCH, "batch": BATCH, "rows": []}
+    try:
+        for payload_bytes, count in sizes:
+            for algo in args.algos.split(","):
+                cache = write_workload(workdir / f"{payload_bytes}-{algo}", "bench", count, payload_bytes, algo)
+                for shuffle in (False, True):
+                    workload = f"{payload_bytes // 1024} KiB x {count} {algo} {'shuffled' if shuffle else 'ordered'}"
+                    contenders = ["datasetrt", "datasetrt batches", "datasetrt in-process"]
+                    if algo != "zstd":
+                        contenders.append("dataset-rt 0.4.8")
+                    if algo == "none" and not shuffle:
+                        contenders.append("page-cache pread (limit)")
+                    digests = {}
+                    for contender in contenders:
+                        spec = {"contender": contender, "paths": [str(cache)], "workers": args.workers,
+                                "shuffle": shuffle, "repeats": repeats, "count": count}
+                        r = contender_child(spec)
+                        if r["digest"] is not None:
+                            digests[contender] = r["digest"]
+                        measurements.append(Measurement(workload, contender, "samples/s", r["rates"]))
+                        extra["rows"].append({"workload": workload, "contender": contender, **{k: v for k, v in r.items() if k != "digest"}})
+                        print(f"{workload:32} {contender:26} {statistics.median(r['rates']):>12,.0f} samples/s "
+                              f"{statistics.median(r['mib']):>8,.0f} MiB/s  p95 batch "
+                              f"{statistics.median(r['p95_batch_ms']) if r['p95_batch_ms'] else 0:7.2f} ms  first "
+                              f"{(r['first_sample_s'] or 0) * 1e3:8.1f} ms  peak PSS {r['peak_pss_mib']:7.0f} MiB", flush=True)
+                    assert len(set(digests.values())) == 1, f"{workload}: contenders returned different samples: {digests}"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\nmachine: {machine_facts()}; workers={args.workers}, prefetch_size={PREFETCH}")
+    print(ratio_table(measurements, "datasetrt"))
+    save_json(args.out, measurements, extra)
+
+
+if __name__ == "__main__":
+    main()
