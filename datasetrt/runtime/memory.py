@@ -27,22 +27,54 @@ CGROUP_V1_LIMIT = Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
 SHM_DIR = Path("/dev/shm")
 
 
-def cgroup_limit_bytes() -> int | None:
-    """The cgroup (v2, else v1) memory limit of this process, or None when unlimited/unknown."""
-    for path in (CGROUP_V2_MAX, CGROUP_V1_LIMIT):
-        try:
-            text = path.read_text().strip()
-        except OSError:
+def _read_limit(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value < (1 << 60) else None  # v1 reports "unlimited" as a huge number
+
+
+def cgroup_limit_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The tightest memory limit on this process's cgroup and its ancestors (v2, else v1).
+
+    Reads this process's own cgroup path from /proc/self/cgroup, so a nested container limit
+    is found, not only the one at the mount root. None when unlimited or unknown."""
+    limits: list[int] = []
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if hierarchy == "0" and controllers == "":  # cgroup v2 unified hierarchy
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):  # cgroup v1 memory controller
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
             continue
-        if text == "max":
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        if value < (1 << 60):  # v1 reports "unlimited" as a huge number
-            return value
-    return None
+        node = base / rel.lstrip("/")
+        while True:
+            value = _read_limit(node / name)
+            if value is not None:
+                limits.append(value)
+            if node == base or base not in node.parents:
+                break
+            node = node.parent
+    for path in (CGROUP_V2_MAX, CGROUP_V1_LIMIT):  # the mount root: the first file present decides
+        if path.exists():
+            value = _read_limit(path)
+            if value is not None:
+                limits.append(value)
+            break
+    return min(limits) if limits else None
 
 
 def available_memory_bytes() -> int:

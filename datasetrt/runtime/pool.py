@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import multiprocess as mp
 from multiprocess.connection import wait
 
-from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerTimeoutError
+from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerError, WorkerTimeoutError
 from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerReady
 from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main
@@ -108,6 +108,9 @@ class WorkerPool:
         return min(range(self.num_workers), key=self.inflight.__getitem__)
 
     def send(self, worker: int, msg: object) -> None:
+        if self.closed:
+            raise WorkerError("reader workers are stopped (DatasetRuntime.close() or an earlier worker failure); "
+                              "start a new iterator")
         try:
             self.task_conns[worker].send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, OSError):
@@ -120,7 +123,9 @@ class WorkerPool:
         """
         ready = wait([*self.result_conns, *(p.sentinel for p in self.procs)], timeout_s)
         if not ready:
-            raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {self.pids})")
+            pids = self.pids
+            self.close()  # a hung worker must not poison later reads: the next read starts fresh
+            raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {pids})")
         for worker, conn in enumerate(self.result_conns):
             if conn in ready:
                 while conn.poll():

@@ -1,0 +1,256 @@
+"""Lifecycle of reader workers and run directories: reuse, normal end, abandonment, consumer
+exceptions, KeyboardInterrupt, runtime.close(), garbage collection, and what workers import.
+
+After each of these, no `datasetrt-<this pid>-*` entry is left in /dev/shm (also checked after
+every test by the autouse fixture) and, once the runtime is closed, no child process remains.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import shutil
+import textwrap
+
+import pytest
+
+import datasetrt as drt
+from datasetrt.errors import WorkerError
+from tests.runtime.conftest import SHM, active_run, child_pids, consume_within, shm_entries, take, wait_pids_gone, write_cache
+from tests.conftest import sample_items
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    base = tmp_path_factory.mktemp("lifecycle")
+    return [write_cache(base, "a", sample_items(400), "lz4", max_shard_bytes=16384),
+            write_cache(base, "b", sample_items(300, seed=1, tag="b"), "zstd")]
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """One spawn runtime for the module: its workers must survive everything but close()."""
+    rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+    yield rt
+    rt.close()
+
+
+def dataset(paths, runtime, **cfg):
+    cfg.setdefault("seed", 1)
+    cfg.setdefault("prefetch_size", 8)
+    return drt.CachedDataset(paths, reader_config=drt.ReaderConfig(**cfg), runtime=runtime)
+
+
+def started(runtime, paths) -> list[int]:
+    """Make sure the runtime's workers run; return their pids."""
+    if not runtime.worker_pids:
+        list(dataset(paths[:1], runtime, shuffle=False))
+    return runtime.worker_pids
+
+
+def test_workers_start_lazily_and_are_reused_across_iterators_and_datasets(shared, paths):
+    ds1 = dataset(paths, shared)
+    ds2 = dataset(paths[1:], shared, shuffle=False)
+    pids = started(shared, paths)
+    assert len(pids) == 2 and set(pids) <= child_pids()
+    want = list(drt.CachedDataset(paths, reader_config=ds1.reader_config))
+    assert list(ds1) == want
+    assert len(list(ds2)) == 300
+    assert len(list(ds1)) == 700
+    assert shared.worker_pids == pids
+    assert shm_entries() == []
+
+
+def test_run_dir_lives_while_iterating_and_goes_when_exhausted(shared, paths):
+    ds = dataset(paths, shared)
+    it = iter(ds)
+    take(it, 3)
+    [entry] = shm_entries()
+    assert (SHM / entry).stat().st_mode & 0o777 == 0o700  # private to this user
+    run = active_run(shared)
+    assert (SHM / entry / "ring").stat().st_size == run.shape.slots * run.shape.slot_bytes
+    assert len(list(it)) == 697
+    assert shm_entries() == [] and shared._readers.handlers == {}
+
+
+def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
+    pids = started(shared, paths)
+    it = iter(dataset(paths, shared, shuffle=False))
+    take(it, 5)
+    assert len(shm_entries()) == 1
+    del it
+    gc.collect()
+    assert shm_entries() == [] and shared._readers.handlers == {}
+    assert shared.worker_pids == pids
+    assert len(list(dataset(paths, shared))) == 700
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, KeyboardInterrupt])
+def test_consumer_exception_inside_the_loop(shared, paths, exc_type):
+    pids = started(shared, paths)
+    ds = dataset(paths, shared)
+
+    def consume():
+        for k, _sample in enumerate(ds):
+            if k == 10:
+                raise exc_type("consumer stops")
+
+    with pytest.raises(exc_type, match="consumer stops"):
+        consume()
+    gc.collect()
+    assert shm_entries() == [] and shared._readers.handlers == {}
+    assert shared.worker_pids == pids  # workers ignore it and keep serving
+    ref = drt.CachedDataset(paths, reader_config=ds.reader_config)
+    take(iter(ref), 1)  # the failed iterator reserved a window; advance the reference the same way
+    assert list(ds) == list(ref)
+
+
+def test_workers_ignore_sigint(shared, paths):
+    """Ctrl-C reaches the whole process group; the parent alone handles it."""
+    pids = started(shared, paths)
+    for pid in pids:
+        os.kill(pid, signal.SIGINT)
+    ds = dataset(paths, shared)
+    assert len(list(ds)) == 700 and len(list(ds)) == 700
+    assert shared.worker_pids == pids
+
+
+def test_workers_do_not_import_polars_or_torch_under_spawn(shared, paths):
+    started(shared, paths)
+    assert "polars" in sys.modules  # the parent has it, so spawn had something to leak
+    ready = shared._readers.ready
+    assert len(ready) == 2 and all(r is not None for r in ready)
+    assert sorted(r.pid for r in ready) == sorted(shared.worker_pids)
+    assert [(r.imported_polars, r.imported_torch) for r in ready] == [(False, False)] * 2
+
+
+def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
+    """A user script with no `if __name__ == "__main__"` guard that imports torch (a stub here)
+    and Polars: spawn workers must not re-run it nor import either."""
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        import torch, polars
+        import datasetrt as drt
+        rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+        ds = rt.cached_dataset([{str(paths[0])!r}], reader_config=drt.ReaderConfig(seed=1))
+        n = len(list(ds))
+        print(json.dumps([n, [[r.imported_polars, r.imported_torch] for r in rt._readers.ready]]))
+        rt.close()
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [400, [[False, False]] * 2]
+
+
+EXIT_WITH_OPEN_ITERATOR = textwrap.dedent("""
+    import json, os, sys
+    import datasetrt as drt
+    rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+    ds = rt.cached_dataset([sys.argv[1]], reader_config=drt.ReaderConfig(seed=1))
+    ds.set_epoch_len(10**6)
+    it = iter(ds)  # a module-level iterator, still open when the interpreter exits
+    next(it)
+    runs = [p.name for p in __import__("pathlib").Path("/dev/shm").glob(f"datasetrt-{os.getpid()}-*")]
+    print(json.dumps({"workers": rt.worker_pids, "runs": runs}), flush=True)
+    if sys.argv[2] == "uncaught":
+        raise RuntimeError("training step failed")
+""")
+
+
+@pytest.mark.parametrize("mode", ["exit", "uncaught"])
+def test_interpreter_exit_with_an_open_iterator_leaves_shm_clean(paths, mode):
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", EXIT_WITH_OPEN_ITERATOR, str(paths[0]), mode],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == (0 if mode == "exit" else 1), out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(report["runs"]) == 1 and len(report["workers"]) == 2
+    assert wait_pids_gone(report["workers"]) == []
+    leftover = SHM / report["runs"][0]
+    try:
+        assert not leftover.exists()
+        assert "Exception ignored" not in out.stderr, out.stderr
+    finally:
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+# -- close and garbage collection (each with its own runtime) ----------------------------------------
+
+
+def test_close_stops_every_worker(paths):
+    before = child_pids()
+    rt = drt.DatasetRuntime(num_workers=3, start_method="fork")
+    assert rt.worker_pids == [] and child_pids() == before  # started at the first parallel read
+    pids = started(rt, paths)
+    assert set(pids) <= child_pids()
+    rt.close()
+    assert rt.worker_pids == []
+    assert wait_pids_gone(pids, timeout_s=0.0) == []  # close() joined them
+    assert child_pids() <= before
+    rt.close()  # idempotent
+
+
+def test_del_runtime_and_gc_stops_workers_and_cleans_shm(paths):
+    before = child_pids()
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    ds = dataset(paths, rt)
+    it = iter(ds)
+    take(it, 4)
+    pids = rt.worker_pids
+    assert len(shm_entries()) == 1
+    del it, ds, rt
+    gc.collect()
+    assert shm_entries() == []
+    assert wait_pids_gone(pids) == []
+    assert child_pids() <= before
+
+
+def test_close_with_an_open_iterator_removes_its_run_dir(paths):
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    it = iter(dataset(paths, rt))
+    take(it, 4)
+    pids = rt.worker_pids
+    rt.close()
+    try:
+        assert not child_pids() & set(pids)
+        assert shm_entries() == []
+    finally:
+        del it
+        gc.collect()
+
+
+def test_iterator_used_after_close_raises_a_typed_error(paths):
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    ds = dataset(paths, rt, prefetch_size=1)
+    ds.set_epoch_len(100_000)  # far more than the ring holds
+    it = iter(ds)
+    take(it, 2)
+    pids = rt.worker_pids
+    rt.close()
+    assert wait_pids_gone(pids, timeout_s=0.0) == []
+    with pytest.raises(WorkerError):
+        consume_within(it)
+    del it
+    gc.collect()
+    assert shm_entries() == []
+
+
+def test_parallel_reads_off_reads_in_process(paths):
+    before = child_pids()
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork", parallel_reads=False)
+    ds = dataset(paths, rt)
+    it = iter(ds)
+    take(it, 3)
+    assert shm_entries() == [] and rt.worker_pids == [] and child_pids() == before
+    assert len(list(it)) == 697
+    rt.close()

@@ -1,0 +1,216 @@
+"""The multiprocess reader yields exactly what the in-process reader (`runtime=None`) yields.
+
+Bit-identical samples (data, metadata, cache_id, sample_id) in the same order, whatever the
+number of workers, start method or prefetch_size, for ordered and shuffled windows, before and
+after update_metadata, for any epoch length, over several caches of every codec, including
+empty records, records that split a task and records larger than a ring slot.
+"""
+
+from __future__ import annotations
+
+import random
+
+import polars as pl
+import pytest
+
+from datasetrt.runtime.run import ParallelRun
+from tests.runtime.conftest import MiB, compressible, pair, varied_items, write_cache
+
+RUNTIMES = [("fork", 1), ("fork", 2), ("fork", 3), ("spawn", 1), ("spawn", 2), ("spawn", 3)]
+PREFETCH = [1, 7, 64, 4096]
+
+
+@pytest.fixture(scope="module")
+def caches(tmp_path_factory):
+    """Three caches, one per codec, several shards each.
+
+    none: 120 records of 0..300 bytes (sample 0 is empty) and one of 4 KiB.
+    lz4:  80 small records, four 300 KiB compressible records in a row (they overflow a 1 MiB slot
+          together, so tasks split) and one 3 MiB record (larger than a slot: in-process fallback).
+    zstd: 60 small records, an empty one, a 3 MiB compressible one, and 2 KiB of noise.
+    """
+    base = tmp_path_factory.mktemp("parity")
+    noise = bytes((i * 131 + 7) % 251 for i in range(2048))
+    return {
+        "none": write_cache(base, "a", varied_items(120, seed=0, tag="a", extra=[bytes(range(256)) * 16]),
+                            "none", max_shard_bytes=8192),
+        "lz4": write_cache(base, "b", varied_items(80, seed=1, tag="b", extra=[compressible(300 << 10, b"p")] * 4
+                                                   + [compressible(3 * MiB, b"q")]), "lz4", max_shard_bytes=8192),
+        "zstd": write_cache(base, "c", varied_items(60, seed=2, tag="c", extra=[b"", compressible(3 * MiB + 17, b"r"), noise]),
+                            "zstd", max_shard_bytes=8192),
+    }
+
+
+@pytest.fixture(scope="module")
+def mixed(caches):
+    return [caches["none"], caches["lz4"], caches["zstd"]]
+
+
+def assert_same(got: list, want: list) -> None:
+    """Sample lists are identical; on failure name the first differing position, not 3 MiB diffs."""
+    assert len(got) == len(want), f"{len(got)} samples, expected {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g != w:
+            pytest.fail(f"sample {k} differs: got (cache_id={g.cache_id}, sample_id={g.sample_id}, "
+                        f"{len(g.data)} B, {g.metadata}), expected (cache_id={w.cache_id}, "
+                        f"sample_id={w.sample_id}, {len(w.data)} B, {w.metadata})")
+
+
+def epochs(ds, count: int) -> list:
+    return [s for _ in range(count) for s in ds]
+
+
+# -- update_metadata / set_epoch_len scenarios, applied identically to both datasets ----------------
+
+
+def _weighted(ds):
+    md = ds.get_metadata()
+    kept = md.filter(pl.col("kept"))
+    table = pl.concat([kept, kept.head(7), kept.tail(3), kept.slice(5, 2)])
+    ds.update_metadata(table.with_columns(((pl.col("index") % 4 + 1) * 0.75).alias("weight")))
+
+
+def _filtered_duplicated(ds):
+    md = ds.get_metadata()
+    ds.update_metadata(pl.concat([md.filter(pl.col("index") % 5 != 2), md.head(4), md.head(4)]))
+
+
+SCENARIOS = {
+    "physical": (lambda ds: None, 2),
+    "epoch_len_long": (lambda ds: ds.set_epoch_len(5 * len(ds) + 3), 2),
+    "epoch_len_1": (lambda ds: ds.set_epoch_len(1), 5),
+    "weighted": (_weighted, 2),
+    "filtered_duplicated": (_filtered_duplicated, 2),
+    "weighted_epoch_len_long": (lambda ds: (_weighted(ds), ds.set_epoch_len(4 * len(ds) + 1)), 2),
+    "weighted_epoch_len_1": (lambda ds: (_weighted(ds), ds.set_epoch_len(1)), 4),
+}
+
+
+# -- tests ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("prefetch", PREFETCH, ids=lambda p: f"prefetch{p}")
+@pytest.mark.parametrize("method,workers", RUNTIMES, ids=[f"{m}{n}" for m, n in RUNTIMES])
+def test_mixed_caches_match_in_process_reader(runtimes, mixed, method, workers, prefetch, shuffle):
+    ref, par = pair(mixed, runtimes(method, workers), seed=11, shuffle=shuffle, prefetch_size=prefetch)
+    assert_same(epochs(par, 2), epochs(ref, 2))
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("method,workers,prefetch", [("fork", 2, 7), ("spawn", 3, 64), ("spawn", 1, 4096)],
+                         ids=["fork2-p7", "spawn3-p64", "spawn1-p4096"])
+def test_scenarios_match_in_process_reader(runtimes, mixed, method, workers, prefetch, scenario, shuffle):
+    apply, count = SCENARIOS[scenario]
+    ref, par = pair(mixed, runtimes(method, workers), seed=2024, shuffle=shuffle, prefetch_size=prefetch)
+    assert_same(epochs(par, 1), epochs(ref, 1))  # before, then after the change
+    apply(ref)
+    apply(par)
+    assert len(par) == len(ref)
+    assert_same(epochs(par, count), epochs(ref, count))
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+def test_each_codec_matches_in_process_reader(runtimes, caches, codec, shuffle):
+    ref, par = pair([caches[codec]], runtimes("spawn", 2), seed=5, shuffle=shuffle, prefetch_size=64)
+    assert_same(epochs(par, 2), epochs(ref, 2))
+
+
+def test_split_tasks_and_oversized_records_take_their_paths(runtimes, mixed, monkeypatch):
+    """The lz4 run of 300 KiB records splits tasks; each 3 MiB record is read in-process."""
+    seen, inline = [], []
+    on_message, inline_chunk = ParallelRun._on_message, ParallelRun._inline_chunk
+    monkeypatch.setattr(ParallelRun, "_on_message", lambda self, msg: (seen.append(msg), on_message(self, msg))[1])
+    monkeypatch.setattr(ParallelRun, "_inline_chunk", lambda self, pos: (inline.append(pos), inline_chunk(self, pos))[1])
+    ref, par = pair(mixed, runtimes("fork", 2), seed=3, shuffle=False, prefetch_size=64)
+    got, want = list(par), list(ref)
+    assert_same(got, want)
+    big = [k for k, s in enumerate(want) if len(s.data) >= 3 * MiB]
+    assert len(big) == 2 and inline == big
+    assert any(m.rows > 0 and m.need_bytes > 0 for m in seen if hasattr(m, "need_bytes")), "no task split"
+    assert any(m.rows == 0 and m.need_bytes > 0 for m in seen if hasattr(m, "need_bytes")), "no fallback"
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+def test_windows_of_one_sample_over_every_position(runtimes, caches, shuffle):
+    """epoch_len=1, once per population row: each window is a single task (or a single
+    oversized record read in-process)."""
+    ref, par = pair([caches["zstd"]], runtimes("fork", 2), seed=6, shuffle=shuffle, prefetch_size=1)
+    for ds in (ref, par):
+        ds.set_epoch_len(1)
+    rounds = len(ref.get_metadata())
+    got, want = epochs(par, rounds), epochs(ref, rounds)
+    assert_same(got, want)
+    assert shuffle or max(len(s.data) for s in got) > 3 * MiB
+
+
+def interleave(iterators, seed: int) -> list[list]:
+    """Advance the iterators in a fixed pseudo-random order until all are exhausted."""
+    rng = random.Random(seed)
+    out = [[] for _ in iterators]
+    live = list(range(len(iterators)))
+    while live:
+        k = rng.choice(live)
+        for _ in range(rng.randint(1, 9)):
+            try:
+                out[k].append(next(iterators[k]))
+            except StopIteration:
+                live.remove(k)
+                break
+    return out
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("method,workers", [("fork", 2), ("spawn", 3)], ids=["fork2", "spawn3"])
+def test_interleaved_iterators_on_one_dataset(runtimes, mixed, method, workers, shuffle):
+    ref, par = pair(mixed, runtimes(method, workers), seed=9, shuffle=shuffle, prefetch_size=7)
+    for ds in (ref, par):
+        ds.set_epoch_len(150)
+    want = interleave([iter(ref), iter(ref), iter(ref)], seed=1)
+    got = interleave([iter(par), iter(par), iter(par)], seed=1)
+    for g, w in zip(got, want):
+        assert_same(g, w)
+    assert want[0] != want[1]  # each iterator reserved its own window
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+def test_interleaved_iterators_on_two_datasets_sharing_a_runtime(runtimes, caches, shuffle):
+    rt = runtimes("spawn", 2)
+    ref1, par1 = pair([caches["none"], caches["lz4"]], rt, seed=4, shuffle=shuffle, prefetch_size=1)
+    ref2, par2 = pair([caches["zstd"]], rt, seed=8, shuffle=shuffle, prefetch_size=64)
+    _weighted(ref2)
+    _weighted(par2)
+    results = []
+    for ds1, ds2 in ((ref1, ref2), (par1, par2)):
+        its = [iter(ds1), iter(ds2), iter(ds1)]
+        firsts = [next(it) for it in its]  # all three runs are open at once
+        if ds1 is par1:
+            assert len(rt._readers.handlers) == 3
+        results.append([[first, *rest] for first, rest in zip(firsts, interleave(its, seed=7))])
+    want, got = results
+    for g, w in zip(got, want):
+        assert_same(g, w)
+
+
+def test_five_concurrent_datasets_on_one_worker(runtimes, tmp_path):
+    """More open datasets than a worker caches readers for (4): none may lose its reader."""
+    paths = [write_cache(tmp_path, f"d{k}", varied_items(60, seed=k, tag=f"d{k}")) for k in range(5)]
+    results, opened = [], []
+    try:
+        for runtime in (None, runtimes("fork", 1)):
+            datasets = [pair([p], runtime, seed=k, shuffle=bool(k % 2), prefetch_size=7)[runtime is not None]
+                        for k, p in enumerate(paths)]
+            for ds in datasets:
+                ds.set_epoch_len(3000)  # longer than the ring: every run keeps reading after the 5th opens
+            its = [iter(ds) for ds in datasets]
+            opened += its
+            firsts = [next(it) for it in its]
+            results.append([[first, *rest] for first, rest in zip(firsts, interleave(its, seed=3))])
+    finally:
+        for it in opened:
+            it.close()
+    want, got = results
+    for g, w in zip(got, want):
+        assert_same(g, w)
