@@ -101,6 +101,11 @@ cdef extern from *:
     const uint64_t LZ4_MAX_BLOCK "DRT_LZ4_MAX_BLOCK"
 
 
+cdef enum:
+    SPAN_MAX_ROWS = 4096
+    SPAN_MAX_BYTES = 4194304  # compressed runs are staged in the scratch buffer: keep it bounded
+
+
 cdef class MappedFile:
     """A whole file mapped read-only and shared (MAP_SHARED), holding no file descriptor.
 
@@ -271,6 +276,37 @@ cdef inline int _pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, Fau
     return 0
 
 
+cdef Py_ssize_t _span_end(
+    Py_ssize_t i, Py_ssize_t n_rows, const int64_t* row_cache, const uint64_t* row_sample,
+    const uint64_t* index_addr, const uint64_t* index_rows, int64_t c, uint64_t shard_id,
+    uint64_t span_off, uint64_t first_len, uint64_t limit, uint64_t shard_len, uint64_t* total,
+) noexcept nogil:
+    """End row (exclusive) of the run of rows from i whose records lie back to back in one shard
+    of cache c starting at span_off, within `limit` bytes in all; `total` gets their byte count.
+    Rows that fail any check end the run (their own iteration reports the fault)."""
+    cdef Py_ssize_t j = i + 1
+    cdef uint64_t end = span_off + first_len, sid, off, rec_len
+    cdef const uint8_t* entry
+    total[0] = first_len
+    while j < n_rows and j - i < SPAN_MAX_ROWS:
+        if row_cache[j] != c:
+            break
+        sid = row_sample[j]
+        if sid >= index_rows[c]:
+            break
+        entry = <const uint8_t*>index_addr[c] + sid * 24
+        if drt_load_u64le(entry) != shard_id:
+            break
+        off = drt_load_u64le(entry + 8)
+        rec_len = drt_load_u64le(entry + 16)
+        if off != end or rec_len < 8 or rec_len > shard_len - off or rec_len > limit - total[0]:
+            break
+        total[0] += rec_len
+        end += rec_len
+        j += 1
+    return j
+
+
 def gather(
     const uint64_t[::1] index_addr, const uint64_t[::1] index_rows,
     const int64_t[::1] shard_base, const int64_t[::1] shard_count, const uint64_t[::1] cksum_addr,
@@ -289,7 +325,9 @@ def gather(
     out[json_off[i] : +json_len[i]] are the embedded JSON and out[data_off[i] : +data_len[i]] the
     decoded payload. Returns (rows_done, out_used, need_bytes): need_bytes > 0 only when row
     rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it).
-    Complexity O(rows + bytes); one pread per record.
+    Complexity O(rows + bytes). Records that lie back to back in one shard (ordered reads) are
+    fetched with one pread per run of up to SPAN_MAX_ROWS rows / SPAN_MAX_BYTES (compressed)
+    or the rest of `out` (uncompressed, read in place); each record is still checked alone.
     """
     cdef Py_ssize_t n_rows = row_cache.shape[0]
     cdef Py_ssize_t i = 0
@@ -304,6 +342,9 @@ def gather(
     cdef size_t zgot
     cdef unsigned long long zsize
     cdef int64_t bad_at
+    cdef Py_ssize_t span_stop = 0
+    cdef uint64_t span_off = 0, span_total = 0
+    cdef uint8_t* span_base = NULL
     cdef FaultInfo f
     f.code = F_OK
     f.row = -1
@@ -345,22 +386,32 @@ def gather(
                 break
             codec = shard_codec[s]
             f.codec = codec
-            if codec == CODEC_NONE:
+            if i < span_stop:
+                rec = span_base + (off - span_off)  # already read with the run it belongs to
+            elif codec == CODEC_NONE:
                 if rec_len > cap - pos:
                     need = rec_len
                     f.code = F_OUT_FULL
                     break
+                span_stop = _span_end(i, n_rows, &row_cache[0], &row_sample[0], &index_addr[0], &index_rows[0],
+                                      c, shard_id, off, rec_len, cap - pos, shard_len[s], &span_total)
                 dst = &out[0] + pos
-                if _pread_full(shard_fd[s], dst, rec_len, off, &f) != 0:
+                if _pread_full(shard_fd[s], dst, span_total, off, &f) != 0:
                     break
+                span_base = dst
+                span_off = off
                 rec = dst
             else:
-                if scratch.reserve(rec_len) != 0:
+                span_stop = _span_end(i, n_rows, &row_cache[0], &row_sample[0], &index_addr[0], &index_rows[0],
+                                      c, shard_id, off, rec_len, max(rec_len, SPAN_MAX_BYTES), shard_len[s], &span_total)
+                if scratch.reserve(span_total) != 0:
                     f.code = F_NOMEM
-                    f.a = rec_len
+                    f.a = span_total
                     break
-                if _pread_full(shard_fd[s], scratch.buf, rec_len, off, &f) != 0:
+                if _pread_full(shard_fd[s], scratch.buf, span_total, off, &f) != 0:
                     break
+                span_base = scratch.buf
+                span_off = off
                 rec = scratch.buf
             if cksum_addr[c] != 0:
                 expect = drt_load_u64le(<const uint8_t*>cksum_addr[c] + sid * 8)
