@@ -197,7 +197,7 @@ class CachedDataset:
         validate = self.reader_config.validate_cache
         pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         filled = 0
-        for chunk in self._chunks(window):
+        for chunk in self._chunks(window, batch_size):
             if validate:
                 self._compare_embedded(self._chunk_metadata(chunk), chunk.cache_pos, chunk.sample_id)
             start = 0
@@ -244,19 +244,20 @@ class CachedDataset:
             raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
         return _parse_metadata(jsons, self._labels, chunk.cache_pos, chunk.sample_id)
 
-    def _chunks(self, window: Window) -> Iterator[Chunk]:
+    def _chunks(self, window: Window, rows_hint: int | None = None) -> Iterator[Chunk]:
         """Gathered records of `window` in plan order: worker processes when the dataset has a
-        runtime (and it has parallel_reads), else this process."""
+        runtime (and it has parallel_reads), else this process. `rows_hint` (a batch size)
+        aligns chunks with batches where the record size allows."""
         if self._runtime is not None and self._runtime.parallel_reads:
-            run = self._parallel_run(window)
+            run = self._parallel_run(window, rows_hint)
             try:
                 yield from run
             finally:
                 run.close()
         else:
-            yield from local_chunks(self._reader(), window, READ_BLOCK_ROWS)
+            yield from local_chunks(self._reader(), window, rows_hint or READ_BLOCK_ROWS)
 
-    def _parallel_run(self, window: Window) -> ParallelRun:
+    def _parallel_run(self, window: Window, rows_hint: int | None = None) -> ParallelRun:
         """Start a multiprocess read of `window` on the runtime's workers."""
         cfg = self.reader_config
         return ParallelRun(
@@ -272,6 +273,7 @@ class CachedDataset:
             memory_limit_bytes=cfg.memory_limit_bytes or default_memory_limit_bytes(),
             timeout_s=cfg.worker_timeout_s,
             fallback=self._reader(),
+            rows_hint=rows_hint,
         )
 
     def _max_record_bytes(self) -> int:
@@ -442,7 +444,13 @@ def _make_batch(pieces: list, cache_ids: np.ndarray, table: Any) -> SampleBatch:
         data, lens, cache_pos, sample_id, rows = (np.concatenate(parts) for parts in zip(*pieces))
     offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    metadata = table.take(rows) if table is not None else None
+    metadata = None
+    if table is not None:
+        first = int(rows[0])
+        if int(rows[-1]) - first == len(rows) - 1 and (len(rows) < 3 or bool((np.diff(rows) == 1).all())):
+            metadata = table.slice(first, len(rows))  # ordered windows: zero-copy slice
+        else:
+            metadata = table.take(rows)
     return SampleBatch(data, offsets, cache_ids[cache_pos], sample_id.view(np.uint64), metadata)
 
 

@@ -30,7 +30,7 @@ from datasetrt.sampling.planner import Window
 
 MIN_SLOT_BYTES = 1 << 20
 MIN_ROWS_PER_TASK = 16
-MAX_ROWS_PER_TASK = 512
+MAX_ROWS_PER_TASK = 4096
 TASK_TARGET_BYTES = 512 << 10
 RING_TARGET_BYTES = 32 << 20
 
@@ -44,13 +44,16 @@ class RunShape:
     slot_bytes: int
 
     @classmethod
-    def plan(cls, prefetch_size: int, num_workers: int, max_record_bytes: int) -> RunShape:
-        """Tasks carry ~TASK_TARGET_BYTES of records (16..512 rows), so per-task messaging is
+    def plan(cls, prefetch_size: int, num_workers: int, max_record_bytes: int, rows_hint: int | None = None) -> RunShape:
+        """Tasks carry ~TASK_TARGET_BYTES of records (16..512 rows; `rows_hint`, a batch size, up to
+        4x that), so per-task messaging is
         amortised; in-flight samples <= max(prefetch_size, (2 x num_workers + 2) x rows_per_task).
         Every slot fits rows_per_task records of the largest stored size (a compressed record
         that decodes larger splits its task; one larger than a whole slot is read in-process)."""
         record = max(max_record_bytes, 1)
-        rows = max(MIN_ROWS_PER_TASK, min(MAX_ROWS_PER_TASK, TASK_TARGET_BYTES // record))
+        rows = max(MIN_ROWS_PER_TASK, min(512, TASK_TARGET_BYTES // record))
+        if rows_hint is not None:  # batch readers: one task per batch when a batch is not huge
+            rows = max(1, min(rows_hint, MAX_ROWS_PER_TASK, max(MIN_ROWS_PER_TASK, 4 * TASK_TARGET_BYTES // record)))
         data = max(MIN_SLOT_BYTES, rows * record)
         slot_bytes = slot_header_bytes(rows) + data
         slot_bytes = -(-slot_bytes // 4096) * 4096
@@ -68,13 +71,13 @@ class ParallelRun:
     def __init__(self, get_pool: Callable[[], WorkerPool], num_workers: int, *, dataset_key: str,
                  cache_dirs: list[str], counts: list[int], verify_records: bool, window: Window,
                  prefetch_size: int, max_record_bytes: int, memory_limit_bytes: int, timeout_s: float,
-                 fallback: LocalReader) -> None:
+                 fallback: LocalReader, rows_hint: int | None = None) -> None:
         """Check the memory bound and /dev/shm first; only then get (maybe start) the pool."""
         self.run_dir: Path | None = None
         self.window = window
         self.timeout_s = timeout_s
         self.fallback = fallback
-        self.shape = RunShape.plan(prefetch_size, num_workers, max_record_bytes)
+        self.shape = RunShape.plan(prefetch_size, num_workers, max_record_bytes, rows_hint)
         population = window.population
         rows = len(population) if population.weighted else 0
         bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, num_workers, snapshot_bytes(rows))
