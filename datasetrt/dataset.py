@@ -195,28 +195,17 @@ class CachedDataset:
         table = self._arrow_table(window.population) if with_metadata else None
         cache_ids = self._catalog.cache_ids
         validate = self.reader_config.validate_cache
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        filled = 0
+        builder = _BatchBuilder(batch_size)
         for chunk in self._chunks(window, batch_size):
             if validate:
                 self._compare_embedded(self._chunk_metadata(chunk), chunk.cache_pos, chunk.sample_id)
             start = 0
             while start < chunk.rows:
-                take = min(batch_size - filled, chunk.rows - start)
-                end = start + take
-                lens = chunk.data_len[start:end]
-                data = np.empty(int(lens.sum()), dtype=np.uint8)
-                starts = np.empty(take, dtype=np.int64)
-                pack_payloads(chunk.data, chunk.data_off[start:end], lens, take, data, starts, 0)
-                pieces.append((data, lens.copy(), chunk.cache_pos[start:end].copy(),
-                               chunk.sample_id[start:end].copy(), chunk.row[start:end].copy()))
-                filled += take
-                start = end
-                if filled == batch_size:
-                    yield _make_batch(pieces, cache_ids, table)
-                    pieces, filled = [], 0
-        if pieces and not drop_last:
-            yield _make_batch(pieces, cache_ids, table)
+                start = builder.add(chunk, start)
+                if builder.full:
+                    yield builder.finish(cache_ids, table)
+        if builder.rows and not drop_last:
+            yield builder.finish(cache_ids, table)
 
     def _arrow_table(self, population: Population) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
@@ -436,22 +425,66 @@ def _dataset_key(handles: list[CacheHandle], verify_records: bool) -> str:
     return h.hexdigest()[:32]
 
 
-def _make_batch(pieces: list, cache_ids: np.ndarray, table: Any) -> SampleBatch:
-    """Concatenate batch pieces (payloads, lengths, cache positions, sample ids, table rows)."""
-    if len(pieces) == 1:
-        data, lens, cache_pos, sample_id, rows = pieces[0]
-    else:
-        data, lens, cache_pos, sample_id, rows = (np.concatenate(parts) for parts in zip(*pieces))
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    metadata = None
-    if table is not None:
-        first = int(rows[0])
-        if int(rows[-1]) - first == len(rows) - 1 and (len(rows) < 3 or bool((np.diff(rows) == 1).all())):
-            metadata = table.slice(first, len(rows))  # ordered windows: zero-copy slice
-        else:
-            metadata = table.take(rows)
-    return SampleBatch(data, offsets, cache_ids[cache_pos], sample_id.view(np.uint64), metadata)
+class _BatchBuilder:
+    """Accumulates chunk rows into one batch: payloads are packed straight into one buffer
+    (sized from the first rows' average, grown by doubling), so a batch costs one copy of its
+    payload bytes however many chunks it spans."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self.used = 0
+        self.data = np.empty(0, dtype=np.uint8)
+        self.lens = np.empty(self.batch_size, dtype=np.int64)
+        self.cache_pos = np.empty(self.batch_size, dtype=np.int64)
+        self.sample_id = np.empty(self.batch_size, dtype=np.uint64)
+        self.row = np.empty(self.batch_size, dtype=np.int64)
+        self.starts = np.empty(self.batch_size, dtype=np.int64)
+
+    @property
+    def full(self) -> bool:
+        return self.rows == self.batch_size
+
+    def add(self, chunk: Chunk, start: int) -> int:
+        """Take chunk rows from `start` until the batch is full; returns the next chunk row."""
+        take = min(self.batch_size - self.rows, chunk.rows - start)
+        end = start + take
+        lens = chunk.data_len[start:end]
+        need = self.used + int(lens.sum())
+        if need > len(self.data):
+            average = need / (self.rows + take)
+            estimate = max(need, int(average * self.batch_size * 1.05) + 64, 2 * len(self.data))
+            grown = np.empty(estimate, dtype=np.uint8)
+            grown[: self.used] = self.data[: self.used]
+            self.data = grown
+        r = self.rows
+        pack_payloads(chunk.data, chunk.data_off[start:end], lens, take, self.data, self.starts[r:r + take], self.used)
+        self.lens[r:r + take] = lens
+        self.cache_pos[r:r + take] = chunk.cache_pos[start:end]
+        self.sample_id[r:r + take] = chunk.sample_id[start:end]
+        self.row[r:r + take] = chunk.row[start:end]
+        self.rows += take
+        self.used = need
+        return end
+
+    def finish(self, cache_ids: np.ndarray, table: Any) -> SampleBatch:
+        n = self.rows
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(self.lens[:n], out=offsets[1:])
+        rows = self.row[:n]
+        metadata = None
+        if table is not None:
+            first = int(rows[0])
+            if int(rows[-1]) - first == n - 1 and (n < 3 or bool((np.diff(rows) == 1).all())):
+                metadata = table.slice(first, n)  # ordered windows: zero-copy slice
+            else:
+                metadata = table.take(rows)
+        batch = SampleBatch(self.data[: self.used], offsets, cache_ids[self.cache_pos[:n]], self.sample_id[:n].copy(), metadata)
+        self._reset()
+        return batch
 
 
 def _read_checked(reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list, list]:
@@ -529,8 +562,8 @@ class DatasetRuntime:
             raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
         if num_workers == 0:
             raise ConfigError("num_workers must be greater than zero")
-        if start_method is not None and start_method not in ("fork", "spawn", "forkserver"):
-            raise ConfigError(f"start_method must be 'fork', 'spawn' or 'forkserver', got {start_method!r}")
+        if start_method is not None and start_method not in ("fork", "spawn"):
+            raise ConfigError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
         self._num_workers = int(num_workers)
         self._pool: ThreadPoolExecutor | None = None
         self._readers: WorkerPool | None = None

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         dataset.update_metadata(edited)
         print(f"metadata: {table.height:,} rows -> {edited.height:,} active rows after filter; class3 weighted x5")
 
-        # 3. Read one epoch of weighted draws; check what came back against the table.
+        # 3. Read one epoch of weighted draws with the runtime's worker processes.
         start = time.perf_counter()
         counts: dict[str, int] = {}
         payload_bytes = 0
@@ -103,7 +103,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{payload_bytes / 2**20 / read_s:.0f} MiB/s, first sample after {first_sample_s * 1e3:.1f} ms")
         share = counts.get("class3", 0) / n
         print(f"class3 share of draws: {share:.1%} (weighted x5 of ~10% of rows)")
-        print(f"process-tree PSS: {tree_pss_mib():.0f} MiB")
+
+        # 4. The next window through the batch path: payloads in one buffer, metadata as Arrow.
+        start = time.perf_counter()
+        rows = batch_bytes = 0
+        for batch in dataset.iter_batches(256):
+            rows += len(batch)
+            batch_bytes += len(batch.data)
+        batch_s = time.perf_counter() - start
+        print(f"read {rows:,} samples as batches of 256 in {batch_s:.2f} s: {rows / batch_s:,.0f} samples/s, "
+              f"{batch_bytes / 2**20 / batch_s:.0f} MiB/s")
+        print(f"process-tree PSS (parent + {len(runtime.worker_pids)} reader workers): {tree_pss_mib():.0f} MiB")
         dataset.close()
     finally:
         runtime.close()

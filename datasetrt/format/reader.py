@@ -13,10 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from datasetrt._native.gather import MappedFile
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
@@ -31,8 +30,6 @@ from datasetrt.format.manifest import Manifest, read_manifest
 
 CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
 HASH_CHUNK_BYTES = 8 << 20
-ARROW_KIND = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
-STRING_TYPES = (pa.string(), pa.large_string(), pa.string_view())
 
 
 def _io_error(exc: OSError, path: Path) -> CacheIOError:
@@ -120,7 +117,7 @@ class CacheHandle:
 
     # -- metadata.arrow ---------------------------------------------------------------------
 
-    def read_metadata(self, *, validating: bool = False) -> pa.Table:
+    def read_metadata(self, *, validating: bool = False) -> Any:
         """Decode metadata.arrow and check it against the manifest (schema, kinds, row count).
 
         Columns are returned in manifest (sorted) order, strings normalised to utf8, null-free
@@ -132,6 +129,11 @@ class CacheHandle:
         is CacheFormatError "invalid metadata Arrow footer"; a leading magic without the trailing one
         (a truncated file) is ArrowFormatError "Arrow error: Parser error: ...".
         """
+        import pyarrow as pa  # lazily: reader worker processes never decode metadata.arrow
+        import pyarrow.ipc as ipc
+
+        arrow_kind = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
+        string_types = (pa.string(), pa.large_string(), pa.string_view())
         path = self.path / METADATA_NAME
         try:
             data = path.read_bytes()
@@ -157,11 +159,11 @@ class CacheHandle:
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
             column = table.column(name)
             if kind == "string":
-                ok = column.type in STRING_TYPES
+                ok = column.type in string_types
                 if ok and column.type != pa.string():
                     column = column.cast(pa.string())
             else:
-                ok = column.type == ARROW_KIND[kind]
+                ok = column.type == arrow_kind[kind]
             if not ok:
                 if validating:
                     raise CacheFormatError(f"metadata '{name}' is not {kind}: {path}")

@@ -27,7 +27,7 @@ from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerRea
 from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main
 
-START_METHODS = ("fork", "spawn", "forkserver")
+START_METHODS = ("fork", "spawn")
 JOIN_TIMEOUT_S = 5.0
 
 
@@ -160,7 +160,7 @@ class WorkerPool:
 
 @contextmanager
 def _main_module_hidden() -> Iterator[None]:
-    """While a worker starts, hide __main__'s file/spec from the spawn/forkserver preparation.
+    """While a worker starts, hide __main__'s file/spec from the spawn preparation.
 
     Workers run only datasetrt code, so they must not re-import the user's script: that would
     re-run its top level (the classic "missing main guard" failure), import whatever it imports

@@ -31,7 +31,7 @@ from datasetrt.sampling.planner import Window
 MIN_SLOT_BYTES = 1 << 20
 MIN_ROWS_PER_TASK = 16
 MAX_ROWS_PER_TASK = 4096
-TASK_TARGET_BYTES = 512 << 10
+TASK_TARGET_BYTES = 1 << 20
 RING_TARGET_BYTES = 32 << 20
 
 

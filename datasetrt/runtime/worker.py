@@ -37,7 +37,6 @@ from datasetrt.runtime.protocol import (
     slot_header_bytes,
 )
 from datasetrt.runtime.shm import attach_shared_file
-from datasetrt.runtime.snapshot import read_snapshot
 from datasetrt.sampling.planner import ActiveRows, Population, Window
 from datasetrt.table.catalog import CacheCatalog
 
@@ -66,6 +65,8 @@ class _Run:
         if spec.snapshot_path is None:
             population = Population(catalog)
         else:
+            from datasetrt.runtime.snapshot import read_snapshot  # pyarrow only for weighted runs
+
             cache_pos, sample_id, cum, self._snapshot_map = read_snapshot(spec.snapshot_path)
             population = Population(catalog, ActiveRows(cache_pos, sample_id, None), cum=cum, scale=spec.scale)
         self.window = Window(population, spec.shuffle, spec.seed, spec.window_start, spec.window_length)
