@@ -68,6 +68,9 @@ def run_child(spec: dict) -> dict:
         if contender == "datasetrt in-process":
             runtime = None
             ds = lib.CachedDataset(paths, reader_config=cfg, runtime=None)
+        elif contender == "datasetrt (fork)":
+            runtime = lib.DatasetRuntime(num_workers=workers, start_method="fork")
+            ds = runtime.cached_dataset(paths, reader_config=cfg)
         else:
             runtime = lib.DatasetRuntime(num_workers=workers)
             ds = runtime.cached_dataset(paths, reader_config=cfg)
@@ -143,21 +146,24 @@ def main() -> None:
         print(json.dumps(run_child(json.loads(args.child))))
         return
     repeats = (args.repeats or (2 if args.quick else 4)) + 1
-    sizes = [(4096, 20_000 if args.quick else 100_000), (150 * 1024, 600 if args.quick else 4_000)]
+    # 16,384 x 4 KiB is dataset-rt's own benchmark shape (reference section 5); 100,000 shows scaling.
+    sizes = [(4096, 20_000 if args.quick else 16_384, args.algos), (150 * 1024, 600 if args.quick else 4_000, args.algos)]
+    if not args.quick:
+        sizes.insert(1, (4096, 100_000, "none"))
     workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-reader-"))
     measurements: list[Measurement] = []
     extra: dict = {"workers": args.workers, "prefetch_size": PREFETCH, "batch": BATCH, "rows": []}
     try:
-        for payload_bytes, count in sizes:
-            for algo in args.algos.split(","):
-                cache = write_workload(workdir / f"{payload_bytes}-{algo}", "bench", count, payload_bytes, algo)
+        for payload_bytes, count, algos in sizes:
+            for algo in algos.split(","):
+                cache = write_workload(workdir / f"{payload_bytes}-{count}-{algo}", "bench", count, payload_bytes, algo)
                 for shuffle in (False, True):
                     workload = f"{payload_bytes // 1024} KiB x {count} {algo} {'shuffled' if shuffle else 'ordered'}"
                     contenders = ["datasetrt", "datasetrt batches", "datasetrt in-process"]
                     if algo != "zstd":
                         contenders.append("dataset-rt 0.4.8")
                     if algo == "none" and not shuffle:
-                        contenders.append("page-cache pread (limit)")
+                        contenders += ["datasetrt (fork)", "page-cache pread (limit)"]
                     digests = {}
                     for contender in contenders:
                         spec = {"contender": contender, "paths": [str(cache)], "workers": args.workers,

@@ -61,6 +61,7 @@ from datasetrt.table.catalog import CacheCatalog
 from datasetrt.table.metadata import physical_table, validate_update
 
 READ_BLOCK_ROWS = 256
+DECODED_ESTIMATE_CAP = 16 << 20  # ring planning only; larger records split tasks or read in-process
 
 
 def _check_seed(seed: Any) -> int:
@@ -266,9 +267,16 @@ class CachedDataset:
         )
 
     def _max_record_bytes(self) -> int:
-        """Largest stored record over all caches (one vectorised pass over each index, cached)."""
+        """Record size the worker ring is planned for (cached): the largest stored record over all
+        caches (one vectorised pass over each index) or, for compressed caches, twice the largest
+        average decoded payload (manifest uncompressed_byte_len / sample_count), if larger. A
+        record that decodes bigger still fits: its task splits (runtime/run.py)."""
         if self._largest_record is None:
             largest = 0
+            for handle in self._handles:
+                if handle.sample_count and any(s.algo != "none" for s in handle.manifest.shards):
+                    decoded = sum(s.uncompressed_byte_len for s in handle.manifest.shards) // handle.sample_count
+                    largest = max(largest, min(2 * decoded + 256, DECODED_ESTIMATE_CAP))  # manifests are untrusted
             for handle in self._handles:
                 if handle.sample_count:
                     # A hostile index length is the gather kernel's to refuse; size by what can exist.

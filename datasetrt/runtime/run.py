@@ -11,6 +11,7 @@ past the ring. Chunks come out strictly in window order whatever order workers f
 
 from __future__ import annotations
 
+import heapq
 import importlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -89,9 +90,9 @@ class ParallelRun:
         pool.run_dirs.add(self.run_dir)
         self._opened: set[int] = set()
         self._free = deque(range(self.shape.slots))
-        self._todo: deque[tuple[int, int]] = deque()  # continuation ranges, served first
+        self._todo: list[tuple[int, int]] = []  # heap of continuation ranges, served first
         self._next_first = 0
-        self._done: dict[int, TaskDone] = {}
+        self._done: dict[int, tuple[TaskDone, int]] = {}  # window position -> (result, task count)
         self._failure: TaskFailed | None = None
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
@@ -121,12 +122,17 @@ class ParallelRun:
         if isinstance(msg, TaskFailed):
             self._failure = self._failure or msg
         elif isinstance(msg, TaskDone):
-            self._done[msg.first] = msg
+            count = self._task_counts.pop(msg.task_id)
+            self._done[msg.first] = (msg, count)
+            if 0 < msg.rows < count:
+                # The slot filled early (records decoded larger than planned): queue the rest at
+                # once, ahead of new ranges, so it is in flight before the consumer reaches it.
+                heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
 
     def _submit(self) -> None:
         while self._free and (self._todo or self._next_first < self.window.length):
             if self._todo:
-                first, count = self._todo.popleft()
+                first, count = heapq.heappop(self._todo)
             else:
                 first = self._next_first
                 count = min(self.shape.rows_per_task, self.window.length - first)
@@ -171,21 +177,18 @@ class ParallelRun:
                 self._submit()
                 while position not in self._done and self._failure is None:
                     self.pool.poll(self.timeout_s)
+                    self._submit()
                 if self._failure is not None:
                     self._raise_failure(self._failure)
-                done = self._done.pop(position)
-                count = self._task_counts.pop(done.task_id)
-                if done.rows < count:
-                    rest = count - done.rows
-                    if done.rows == 0:
-                        # The next record alone exceeds a slot: read it here, queue the rest.
-                        self._free.append(done.slot)
-                        yield self._inline_chunk(position)
-                        position += 1
-                        if rest > 1:
-                            self._todo.appendleft((position, rest - 1))
-                        continue
-                    self._todo.appendleft((position + done.rows, rest))
+                done, count = self._done.pop(position)
+                if done.rows == 0:
+                    # The next record alone exceeds a slot: read it here, queue the rest.
+                    self._free.append(done.slot)
+                    yield self._inline_chunk(position)
+                    position += 1
+                    if count > 1:
+                        heapq.heappush(self._todo, (position, count - 1))
+                    continue
                 base = done.slot * self.shape.slot_bytes
                 arrays = np.ndarray((SLOT_ARRAYS, self.shape.rows_per_task), dtype=np.int64, buffer=self.ring, offset=base)
                 data = np.ndarray(self.shape.slot_bytes - header, dtype=np.uint8, buffer=self.ring, offset=base + header)

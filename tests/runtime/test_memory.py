@@ -196,7 +196,7 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
             _drain(pool)  # the consumer pauses: workers finish, and nothing new is submitted
             assert sum(pool.inflight) == 0
             assert len(run._done) <= shape.slots
-            buffered = sum(done.rows for done in run._done.values())
+            buffered = sum(done.rows for done, _count in run._done.values())
             assert buffered <= window_rows
             assert run._next_first - consumed <= window_rows
             assert ring.stat().st_size == shape.slots * shape.slot_bytes
