@@ -2,7 +2,8 @@
 
 Workloads (reference §5's micro-benchmark shapes):
   write   N x 4 KiB records, none and lz4                     -> payload MiB/s
-  read    per-sample iteration of the same caches, ordered and shuffled, none and lz4 -> samples/s
+  read    single-process per-sample iteration of the same caches (datasetrt: runtime=None;
+          dataset-rt: num_workers=1), ordered and shuffled, none and lz4 -> samples/s
           plus the physical limit: one pread of every shard byte from the page cache
   open    K small caches (hard links of one cache under distinct names)  -> seconds
 Before timing, both libraries' outputs are checked to be the same samples in the same order.
@@ -101,8 +102,11 @@ def bench_read(workdir: Path, count: int, payload_bytes: int, repeats: int) -> l
             workload = f"read {count}x{payload_bytes // 1024} KiB {algo} {'shuffled' if shuffle else 'ordered'}"
             datasets = {}
             for label, lib in LIBS.items():
-                rt = lib.DatasetRuntime(num_workers=1)
-                datasets[label] = rt.cached_dataset([cache], reader_config=lib.ReaderConfig(seed=7, shuffle=shuffle))
+                cfg = lib.ReaderConfig(seed=7, shuffle=shuffle)
+                if lib is datasetrt:  # the single-process path: no runtime, no worker processes
+                    datasets[label] = lib.CachedDataset([cache], reader_config=cfg, runtime=None)
+                else:  # dataset-rt's minimum: one native reader thread
+                    datasets[label] = lib.DatasetRuntime(num_workers=1).cached_dataset([cache], reader_config=cfg)
             digests = {label: digest(ds) for label, ds in datasets.items()}
             assert len(set(digests.values())) == 1, f"{workload}: contenders disagree: {digests}"
             for label, ds in datasets.items():

@@ -125,7 +125,7 @@ class CachedDataset:
         self._labels = [str(h.path) for h in self._handles]
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
-        self._dataset_key = _dataset_key(self._handles, reader_config.verify_records)
+        self._dataset_key: str | None = None  # computed at the first parallel read (stats every cache)
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class CachedDataset:
         return ParallelRun(
             self._runtime._reader_pool,
             self._runtime.num_workers,
-            dataset_key=self._dataset_key,
+            dataset_key=self._dataset_key or self._set_dataset_key(),
             cache_dirs=[str(h.path.absolute()) for h in self._handles],
             counts=self._catalog.counts.tolist(),
             verify_records=cfg.verify_records,
@@ -265,6 +265,10 @@ class CachedDataset:
             fallback=self._reader(),
             rows_hint=rows_hint,
         )
+
+    def _set_dataset_key(self) -> str:
+        self._dataset_key = _dataset_key(self._handles, self.reader_config.verify_records)
+        return self._dataset_key
 
     def _max_record_bytes(self) -> int:
         """Record size the worker ring is planned for (cached): the largest stored record over all

@@ -62,26 +62,30 @@ class CacheHandle:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> CacheHandle:
-        """Read the manifest and check shapes (no content is read)."""
-        path = Path(path)
-        manifest = read_manifest(path)
-        index_size = _stat_size(path / INDEX_NAME)
+        """Read the manifest and check shapes (no content is read). O(shards) stat calls."""
+        root = os.fspath(path)
+        manifest = read_manifest(root)
+        join = os.path.join
+        index_path = join(root, INDEX_NAME)
+        index_size = _stat_size(index_path)
         if index_size % INDEX_ROW_BYTES:
-            raise CacheFormatError(f"index length is not divisible by row size: {path / INDEX_NAME}")
+            raise CacheFormatError(f"index length is not divisible by row size: {index_path}")
         if index_size // INDEX_ROW_BYTES != manifest.sample_count:
             raise CacheFormatError(
-                f"index row count does not match manifest: {path / INDEX_NAME} has "
+                f"index row count does not match manifest: {index_path} has "
                 f"{index_size // INDEX_ROW_BYTES} rows, manifest sample_count is {manifest.sample_count}"
             )
+        shards_dir = join(root, SHARDS_DIR)
         for shard in manifest.shards:
-            shard_path = path / SHARDS_DIR / shard.name
+            shard_path = join(shards_dir, shard.name)
             if _stat_size(shard_path) != shard.byte_len:
                 raise CacheFormatError(f"shard length mismatch for {shard_path}")
-        _stat_size(path / METADATA_NAME)
+        _stat_size(join(root, METADATA_NAME))
         if manifest.checksums is not None:
-            sidecar = path / manifest.checksums.file
+            sidecar = join(root, manifest.checksums.file)
             if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
+        path = Path(path)
         return cls(path, manifest)
 
     @property
