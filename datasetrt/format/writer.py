@@ -501,7 +501,7 @@ class SourceWriter:
         staged.commit(jsons, stored, raw_lens, values)
         profile.add("disk_write", time.perf_counter_ns() - start, staged.bytes_written - before)
         if self.progress is not None:
-            self.progress.advance(len(jsons), staged.bytes_written - before)
+            self.progress.advance(len(jsons), sum(raw_lens))  # payload MB/s, before compression
 
 
 def _compress_block(policy: ShardCompression, payloads: list) -> list:
