@@ -423,6 +423,20 @@ class CachedDataset:
     def __repr__(self) -> str:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
 
+    # -- PyTorch (datasetrt/integrations/torch.py, imported here lazily: the core never imports torch)
+
+    def to_torch_iterable_dataset(self) -> Any:
+        """A sized `torch.utils.data.IterableDataset` over this dataset (docs/pytorch.md)."""
+        from datasetrt.integrations.torch import to_torch_iterable_dataset
+
+        return to_torch_iterable_dataset(self)
+
+    def to_torch_dataloader(self, **kwargs: Any) -> Any:
+        """A `torch.utils.data.DataLoader` with dataset-rt 0.4.8's arguments (docs/pytorch.md)."""
+        from datasetrt.integrations.torch import to_torch_dataloader
+
+        return to_torch_dataloader(self, **kwargs)
+
 
 def _dataset_key(handles: list[CacheHandle], verify_records: bool) -> str:
     """Identity of a cache set for worker-side reader reuse: paths plus each manifest's and
@@ -533,17 +547,24 @@ def _parse_metadata(jsons: list[str], labels: list[str], cache_pos: np.ndarray, 
 
 
 class _Progress:
-    """Write progress to stderr (tqdm): samples, samples/s, MB/s, sources done."""
+    """Write progress to stderr (tqdm): samples, samples/s, payload MB/s, sources done, and an ETA
+    when every source has a __len__ (sources are iterated once, never counted ahead)."""
 
-    def __init__(self, total_sources: int) -> None:
+    def __init__(self, sources: list) -> None:
         from tqdm import tqdm
 
-        self.total_sources = total_sources
+        self.total_sources = len(sources)
         self.sources_done = 0
         self.bytes = 0
         self.start = time.perf_counter()
-        self.bar = tqdm(unit=" samples", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                        desc=f"datasetrt write 0/{total_sources} sources")
+        total = None
+        try:
+            if all(hasattr(type(s), "__len__") for s in sources):
+                total = sum(len(s) for s in sources)
+        except Exception:  # noqa: BLE001 - a source's __len__ is user code; progress is best effort
+            total = None
+        self.bar = tqdm(total=total, unit=" samples", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                        desc=f"datasetrt write 0/{self.total_sources} sources")
 
     def advance(self, samples: int, nbytes: int) -> None:
         self.bytes += nbytes
@@ -645,7 +666,7 @@ class DatasetRuntime:
         if comp.algo == "none" and comp.ratio != 1.0:
             raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
         items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        progress = _Progress(len(items)) if writer_config.show_progress and items else None
+        progress = _Progress(items) if writer_config.show_progress and items else None
         start = time.perf_counter_ns()
         profiles: list = []
         check = _reuse_checker(writer_config) if reuse_existing else None

@@ -103,3 +103,11 @@ class WorkerCrashedError(WorkerError):
 
 class WorkerTimeoutError(WorkerError):
     """Reader workers made no progress within the configured timeout."""
+
+
+# --- PyTorch integration -----------------------------------------------------------------------
+
+
+class LoaderStateError(DatasetRTError, RuntimeError):
+    """A torch-side operation at the wrong time or place: load_state_dict after iteration began,
+    state_dict away from the owning process, a loader built inside a DataLoader worker."""
