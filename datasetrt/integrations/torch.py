@@ -13,6 +13,13 @@ seed, start and length). With K torch workers, worker w reads plan blocks w, w+K
 worker batches round-robin, so with block_rows == batch_size the batches come out in plan order,
 whatever K is; the union over workers is the plan, each planned sample once.
 
+Ranks (`to_torch_dataloader` under torchrun / torch.distributed): every rank builds the same
+global plan (the single-rank plan: same seed, same windows) and reads its `_Layout` of each pass:
+steps of world_size batches, rank r taking batch r of each step, the short last step split
+evenly, padding wrapped to the start of the pass (dataset-rt's per-rank counts and warning,
+reference §3.3). After s batches on every rank the ranks have consumed a prefix of the pass, so
+a state resumes on any world size and worker count. Docs: docs/distributed.md.
+
 What crosses to a spawned worker (`__reduce__`): cache directories, the reader config, the dataset
 key (refuses caches changed since), a path to an Arrow IPC snapshot of the population (cache_pos,
 sample_id, cum; written once per population into a temp dir the wrapper owns and removes when it
@@ -34,7 +41,7 @@ import tempfile
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
@@ -66,54 +73,149 @@ LOGGER_NAME = "datasetrt.loader"
 MAX_SAMPLE_BUDGET = min(sys.maxsize, 1 << 53)  # torch computes len(loader) through float division
 STATE_KIND = "datasetrt.torch.DataLoader"
 ITER_STATE_KIND = "datasetrt.torch.IterableDataset"
-STATE_VERSION = 1
-SPARSE_BLOCK_ROWS = 16  # below this, a worker's plan rows are cut from one dense span of draws
+ITER_STATE_VERSION = 1
+STATE_VERSION = 2  # DataLoader states; version 1 (single rank, no `rows`) is still accepted
 
 
 # --------------------------------------------------------------------------------------------
 # plan shares and worker-side reading
 
 
-class _Share:
-    """Worker `worker` of `workers`' part of `window`, as a window-like object for `local_chunks`:
-    plan blocks first_block + worker, + workers, ... of `block_rows` positions, in plan order.
+def rank_count(rows: int, world_size: int, batch_size: int, drop_last: bool) -> int:
+    """Rows each rank reads out of `rows` global rows (reference §3.3): ceil(rows/R), or
+    B*floor(rows/(R*B)) with drop_last; 0 when rows <= 0."""
+    if rows <= 0:
+        return 0
+    if drop_last:
+        return batch_size * (rows // (world_size * batch_size))
+    return -(-rows // world_size)
 
-    `first_block` > 0 resumes a pass: block first_block goes to worker 0, so torch's round-robin
-    still starts with the next planned batch.
+
+@dataclass(frozen=True)
+class RankShare:
+    """dataset-rt's per-rank arithmetic for `requested` global samples per pass (reference §3.3)."""
+
+    requested: int
+    world_size: int
+    per_rank: int
+    effective: int  # per_rank * world_size
+    padded: int  # effective - requested when positive (rows read twice)
+    discarded: int  # requested - effective when positive (drop_last)
+
+    @property
+    def message(self) -> str | None:
+        """dataset-rt's rank-0 UserWarning text, or None when nothing is adjusted."""
+        if self.effective == self.requested:
+            return None
+        word, k = ("padded", self.padded) if self.padded else ("discarded", self.discarded)
+        return (f"samples_per_epoch adjusted: requested {self.requested} global samples, effective "
+                f"{self.effective}; {word} {k} for equal rank batch counts")
+
+
+def rank_share(requested: int, world_size: int, batch_size: int, drop_last: bool) -> RankShare:
+    per_rank = rank_count(requested, world_size, batch_size, drop_last)
+    effective = per_rank * world_size
+    return RankShare(requested, world_size, per_rank, effective, max(0, effective - requested),
+                     max(0, requested - effective))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Rank `rank` of `world`'s rows of one pass of `total` plan positions, from position `start`
+    (rows the ranks already consumed together) on, in this rank's order.
+
+    The remaining positions [start, total) are cut into steps of `world` batches: rank r reads
+    batch r of every full step, then its slice of `tail` rows of the last, short step; positions
+    past `total` (padding) wrap to the start of the pass. Each rank reads `per_rank` rows
+    (`rank_count` of the remaining rows), so all ranks have the same batch count; after s
+    batches on every rank, the consumed positions are exactly [start, start + s*world*batch),
+    a prefix of the pass (resume with another world size continues from there).
     """
 
-    def __init__(self, window: Window, worker: int, workers: int, block_rows: int, first_block: int = 0) -> None:
+    total: int
+    start: int
+    batch: int
+    drop_last: bool
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def per_rank(self) -> int:
+        return rank_count(self.total - self.start, self.world, self.batch, self.drop_last)
+
+    @property
+    def batches(self) -> int:
+        return -(-self.per_rank // self.batch)
+
+    def positions(self, j: np.ndarray) -> np.ndarray:
+        """Pass positions (int64) of this rank's rows j (0 <= j < per_rank)."""
+        b, world = self.batch, self.world
+        full, tail = divmod(self.per_rank, b)
+        q, o = np.divmod(j, b)
+        p = np.where(q < full, (q * world + self.rank) * b + o, full * world * b + self.rank * tail + o)
+        return (self.start + p) % self.total
+
+
+SPAN_CALL_ROWS = 64  # a plan call costs about as much as computing this many extra draws
+
+
+def _window_rows(window: Window, pos: np.ndarray) -> np.ndarray:
+    """Population rows of window positions `pos` (any order): one plan call over their span, or
+    one per contiguous run when that computes far fewer draws."""
+    n = len(pos)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(pos) != 1) + 1
+    if len(breaks) == 0:
+        return window.rows(int(pos[0]), n)
+    lo, hi = int(pos.min()), int(pos.max())
+    if (len(breaks) + 1) * SPAN_CALL_ROWS + n >= hi + 1 - lo:
+        return window.rows(lo, hi + 1 - lo)[pos - lo]
+    return np.concatenate([window.rows(int(run[0]), len(run)) for run in np.split(pos, breaks)])
+
+
+class _Share:
+    """Worker `worker` of `workers`' part of a rank's `layout` of `window`, as a window-like object
+    for `local_chunks`: the rank's batches worker, worker + workers, ... (of `layout.batch` rows),
+    in order. Torch gathers worker batches round-robin, so the rank's batches come out in layout
+    order for any worker count; the rank's first remaining batch always goes to worker 0.
+    Without `layout`: a single rank's blocks of `block_rows` from block `first_block` on.
+    """
+
+    def __init__(self, window: Window, worker: int = 0, workers: int = 1, block_rows: int = 1, first_block: int = 0,
+                 *, layout: _Layout | None = None) -> None:
+        if layout is None:
+            layout = _Layout(window.length, min(first_block * block_rows, window.length), block_rows, False)
         self.window = window
         self.population = window.population
-        self.block_rows = block_rows
-        self.step = workers
-        self.first = first_block + worker
-        total = -(-window.length // block_rows)
-        blocks = 0 if self.first >= total else (total - 1 - self.first) // workers + 1
+        self.layout = layout
+        self.worker, self.workers = worker, workers
+        b, count, batches = layout.batch, layout.per_rank, layout.batches
+        blocks = 0 if worker >= batches else (batches - 1 - worker) // workers + 1
         if blocks == 0:
             self.length = 0
         else:
-            last = self.first + (blocks - 1) * workers
-            self.length = (blocks - 1) * block_rows + min(block_rows, window.length - last * block_rows)
+            last = worker + (blocks - 1) * workers
+            self.length = (blocks - 1) * b + min(b, count - last * b)
+
+    def positions(self, first: int, count: int) -> np.ndarray:
+        """Window positions of share positions [first, first+count)."""
+        b = self.layout.batch
+        q, o = np.divmod(np.arange(first, first + count, dtype=np.int64), b)
+        return self.layout.positions((self.worker + q * self.workers) * b + o)
 
     def rows(self, first: int, count: int) -> np.ndarray:
         """Population rows of share positions [first, first+count)."""
-        b = self.block_rows
-        if self.step == 1:
-            return self.window.rows(self.first * b + first, count)
-        if b < SPARSE_BLOCK_ROWS:  # one vectorised plan call over the span, then pick this worker's rows
-            q, o = np.divmod(np.arange(first, first + count, dtype=np.int64), b)
-            g = (self.first + q * self.step) * b + o
-            lo = int(g[0])
-            return self.window.rows(lo, int(g[-1]) + 1 - lo)[g - lo]
-        parts = []
-        pos, end = first, first + count
-        while pos < end:  # one plan call per block touched (count / block_rows + 1 calls)
-            q, o = divmod(pos, b)
-            take = min(b - o, end - pos)
-            parts.append(self.window.rows((self.first + q * self.step) * b + o, take))
-            pos += take
-        return np.concatenate(parts)
+        return _window_rows(self.window, self.positions(first, count))
+
+    def windows(self) -> Iterator[Window]:
+        """The share as contiguous sub-windows, in order (for reading through a runtime)."""
+        w, b = self.window, self.layout.batch
+        for first in range(0, self.length, b):
+            pos = self.positions(first, min(b, self.length - first))
+            for run in np.split(pos, np.flatnonzero(np.diff(pos) != 1) + 1):
+                start = advance(w.shuffle, w.start, int(run[0]), len(w.population))
+                yield Window(w.population, w.shuffle, w.seed, start, len(run))
 
 
 def _samples(ds: CachedDataset, chunks: Iterator[Any], validate: bool,
@@ -131,9 +233,8 @@ def _samples(ds: CachedDataset, chunks: Iterator[Any], validate: bool,
         yield from samples
 
 
-def _read_share(ds: CachedDataset, window: Window, worker: int, workers: int, block_rows: int,
-                first_block: int, validate: bool, transform: Callable | None) -> Iterator[Any]:
-    share = _Share(window, worker, workers, block_rows, first_block)
+def _read_share(ds: CachedDataset, share: _Share, validate: bool, transform: Callable | None) -> Iterator[Any]:
+    """Read `share` in this process (its own LocalReader)."""
     if share.length == 0:
         return iter(())
     return _samples(ds, local_chunks(ds._reader(), share, READ_BLOCK_ROWS), validate, transform)
@@ -320,7 +421,8 @@ class CachedIterableDataset(IterableDataset):
         source, base = self._source
         start = advance(base.shuffle, base.start, k * base.length, len(base.population))
         window = Window(base.population, base.shuffle, base.seed, start, base.length)
-        return _read_share(source.ds, window, worker, workers, self.block_rows, 0, source.validate, None)
+        layout = _Layout(window.length, 0, self.block_rows, False)
+        return _read_share(source.ds, _Share(window, worker, workers, layout=layout), source.validate, None)
 
     def __reduce__(self) -> Any:
         """Ship paths, config and the plan position; the population travels as a snapshot path."""
@@ -365,7 +467,7 @@ class CachedIterableDataset(IterableDataset):
             raise LoaderStateError("state_dict is available on the torch dataset in the process that built it")
         with ds._lock:
             population = ds._population
-            state = {"kind": ITER_STATE_KIND, "version": STATE_VERSION, "cursor": ds._cursor,
+            state = {"kind": ITER_STATE_KIND, "version": ITER_STATE_VERSION, "cursor": ds._cursor,
                      "draw_offset": ds._draw_offset, "epoch_len": ds._epoch_len}
         progress, current = self._progress, None
         if progress is not None and progress.consumed < progress.window.length:
@@ -388,7 +490,7 @@ class CachedIterableDataset(IterableDataset):
                                    "build a fresh one to resume")
         if not isinstance(state, Mapping) or state.get("kind") != ITER_STATE_KIND:
             raise ConfigError(f"not a datasetrt torch dataset state (expected kind {ITER_STATE_KIND!r})")
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") != ITER_STATE_VERSION:
             raise ConfigError(f"unsupported torch dataset state version {state.get('version')!r}")
         population = ds._population
         _check_identity(state, self._identity(population), "torch dataset")
@@ -479,7 +581,8 @@ class _LoaderPlan:
     update_metadata), ordered per `worker_partition` exactly as dataset-rt's single consumer sees
     them; pass e reads window [e*count, (e+1)*count) of one stream (draw offset or cursor) seeded
     `derive_seed(common_seed, 0, 0)`. Shuffled plans always use the weighted sampler, as
-    dataset-rt's loaders do.
+    dataset-rt's loaders do. `count` is the single-rank samples per pass whatever the world size:
+    ranks divide each window (`_Layout`), they do not change it.
     """
 
     def __init__(self, ds: CachedDataset, *, shuffle: bool, common_seed: int | None, partition: str,
@@ -540,62 +643,88 @@ class _LoaderPlan:
         return _digest(self.catalog.cache_ids, self.catalog.counts)
 
 
-class LoaderDataset(IterableDataset):
-    """`loader.dataset` of `to_torch_dataloader`: `len()` is the samples per pass; pass e reads
-    window e of the loader's plan. Main process (`num_workers=0`): read through the dataset (its
-    runtime's reader processes, if it has them). Worker w of K: plan batches w, w+K, ...
-    in-process. `sample_transform_fn` runs per sample where the sample is read."""
+@dataclass(frozen=True)
+class _Spec:
+    """What a loader pass is, in any process: the plan stream (shuffle, plan seed), the global
+    plan positions per pass (`stride`: the single-rank samples per pass, topology independent),
+    the batch size and drop_last, and this process's rank of `world`."""
 
-    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, transform: Callable | None,
+    shuffle: bool
+    seed: int
+    stride: int
+    batch: int
+    drop_last: bool
+    rank: int = 0
+    world: int = 1
+
+    def layout(self, start: int = 0) -> _Layout:
+        return _Layout(self.stride, start, self.batch, self.drop_last, self.rank, self.world)
+
+
+class LoaderDataset(IterableDataset):
+    """`loader.dataset` of `to_torch_dataloader`: `len()` is this rank's samples per pass; pass e
+    reads this rank's layout of window e of the global plan. Main process (`num_workers=0`): read
+    through the dataset (its runtime's reader processes, if it has them). Worker w of K: the
+    rank's batches w, w+K, ... in-process. `sample_transform_fn` runs per sample where the sample
+    is read."""
+
+    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
                  worker_seeds: tuple[int, ...], work_dir: str | None) -> None:
         self._dataset: CachedDataset | None = dataset
         self._plan: _LoaderPlan | None = plan
         self.sample_transform_fn = transform
         self.worker_seeds = worker_seeds
-        self._spec = (plan.shuffle, plan.plan_seed, plan.count, plan.batch_size)
-        self._pass = (0, 0)  # (epoch, batches to skip) of the next pass the loader starts
+        self._spec = spec
+        self._pass = (0, 0)  # (epoch, plan rows already consumed) of the next pass the loader starts
         self._local: tuple[int, int] | None = None
         self._source: _Source | None = None
         self._recipe_shipped: _Recipe | None = None
         self._snapshots = _Snapshots(self, work_dir)
 
     def __len__(self) -> int:
-        return self._spec[2]
+        return self._spec.layout().per_rank
 
     @property
     def worker_seed(self) -> int:
-        """derive_seed(seed, 0, worker) of the calling DataLoader worker (worker 0 in the main
+        """derive_seed(seed, rank, worker) of the calling DataLoader worker (worker 0 in the main
         process): a reproducible seed for random transforms; 0 for sequential loaders."""
         worker, _workers, _in = _worker_identity()
         return self.worker_seeds[worker] if worker < len(self.worker_seeds) else 0
 
-    def _begin(self, epoch: int, skip: int) -> None:
+    def _begin(self, epoch: int, rows: int) -> None:
         """Parent side, before torch starts the pass (and maybe its workers)."""
         self._plan.freeze()
-        self._spec = (self._plan.shuffle, self._plan.plan_seed, self._plan.count, self._plan.batch_size)
-        self._pass = (epoch, skip)
+        self._pass = (epoch, rows)
 
     def __iter__(self) -> Iterator[Any]:
         worker, workers, in_worker = _worker_identity()
         main = not in_worker and self._dataset is not None
         if main:
-            epoch, skip = self._pass
+            epoch, rows = self._pass
             self._pass = (epoch + 1, 0)
         else:
             k = _next_pass(self)
-            epoch, skip = self._pass
-            epoch, skip = epoch + k, (skip if k == 0 else 0)
-        shuffle, seed, count, batch = self._spec
-        if count - skip * batch <= 0:
+            epoch, rows = self._pass
+            epoch, rows = epoch + k, (rows if k == 0 else 0)
+        spec = self._spec
+        layout = spec.layout(rows)
+        if layout.per_rank == 0:
             return iter(())
+        transform = self.sample_transform_fn
         if main:
             ds = self._dataset
-            window = self._plan.window(epoch, skip * batch)
-            return _samples(ds, ds._chunks(window), ds.reader_config.validate_cache, self.sample_transform_fn)
+            validate = ds.reader_config.validate_cache
+            if spec.world == 1:  # the rest of the pass is one contiguous window
+                return _samples(ds, ds._chunks(self._plan.window(epoch, rows)), validate, transform)
+            share = _Share(self._plan.window(epoch), layout=layout)
+            if ds._runtime is not None and ds._runtime.parallel_reads:
+                chunks = (c for sub in share.windows() for c in ds._chunks(sub, spec.batch))
+                return _samples(ds, chunks, validate, transform)
+            return _read_share(ds, share, validate, transform)
         source = self._worker_source()
-        start = advance(shuffle, 0, epoch * count, len(source.population))
-        window = Window(source.population, shuffle, seed, start, count)
-        return _read_share(source.ds, window, worker, workers, batch, skip, source.validate, self.sample_transform_fn)
+        start = advance(spec.shuffle, 0, epoch * spec.stride, len(source.population))
+        window = Window(source.population, spec.shuffle, spec.seed, start, spec.stride)
+        return _read_share(source.ds, _Share(window, worker, workers, layout=layout), source.validate, transform)
 
     def _worker_source(self) -> _Source:
         if self._source is None or self._source.pid != os.getpid():
@@ -608,11 +737,11 @@ class LoaderDataset(IterableDataset):
     def __reduce__(self) -> Any:
         """Ship paths, config, the plan parameters and a snapshot path; never the table."""
         recipe = self._recipe_shipped
-        if self._dataset is not None and self._spec[2] > 0:
-            plan = self._plan
-            shuffle, seed, count, batch = self._spec
-            recipe = _recipe(self._dataset, self._snapshots, plan.freeze(), shuffle, seed, 0, count, batch)
-        return _rebuild_loader_dataset, (recipe, self._spec, self.sample_transform_fn, self.worker_seeds, self._pass)
+        spec = self._spec
+        if self._dataset is not None and spec.stride > 0:
+            recipe = _recipe(self._dataset, self._snapshots, self._plan.freeze(), spec.shuffle, spec.seed, 0,
+                             spec.stride, spec.batch)
+        return _rebuild_loader_dataset, (recipe, spec, self.sample_transform_fn, self.worker_seeds, self._pass)
 
     @property
     def snapshot_dir(self) -> Path | None:
@@ -620,7 +749,7 @@ class LoaderDataset(IterableDataset):
         return self._snapshots.directory
 
 
-def _rebuild_loader_dataset(recipe: _Recipe | None, spec: tuple, transform: Callable | None,
+def _rebuild_loader_dataset(recipe: _Recipe | None, spec: _Spec, transform: Callable | None,
                             worker_seeds: tuple[int, ...], pass_: tuple[int, int]) -> LoaderDataset:
     obj = LoaderDataset.__new__(LoaderDataset)
     obj._dataset, obj._plan, obj._recipe_shipped = None, None, recipe
@@ -633,9 +762,9 @@ def _rebuild_loader_dataset(recipe: _Recipe | None, spec: tuple, transform: Call
 class _LoaderIterator:
     """The torch iterator of one pass, counting delivered batches for `state_dict()`."""
 
-    def __init__(self, it: Any, epoch: int, skip: int) -> None:
+    def __init__(self, it: Any, epoch: int, layout: _Layout, prior: int) -> None:
         self._it = it
-        self.epoch, self.skip = epoch, skip
+        self.epoch, self.layout, self.prior = epoch, layout, prior
         self.yielded = 0
         self.exhausted = False
 
@@ -664,15 +793,21 @@ class DatasetRTDataLoader(DataLoader):
     """A `torch.utils.data.DataLoader` over a `LoaderDataset`. Each `iter(loader)` starts the next
     pass (epoch) of the loader's plan, decided here in the parent before torch starts or resumes
     its workers, so persistent and non-persistent workers, fork and spawn, and `num_workers=0`
-    all yield the same batches in the same order. `state_dict()` / `load_state_dict()` resume
-    exactly (docs/pytorch.md)."""
+    all yield the same batches in the same order. With several ranks, each reads its share of the
+    same global plan (docs/distributed.md). `state_dict()` / `load_state_dict()` resume exactly,
+    also on another world size or worker count (docs/pytorch.md, docs/distributed.md).
 
-    def _setup_resume(self, plan: _LoaderPlan, explicit_seed: bool, partition: str) -> None:
+    Attributes: `rank`, `world_size`; `padded_rows` / `dropped_rows`: rows per pass the ranks read
+    twice (padding to equal batch counts) / drop (drop_last) relative to the requested samples;
+    `global_samples_per_pass` = world_size * len(loader.dataset)."""
+
+    def _setup_resume(self, plan: _LoaderPlan, explicit_seed: bool, partition: str, share: RankShare) -> None:
         self._plan = plan
         self._explicit_seed = explicit_seed
         self._partition = partition
+        self._share = share
         self._next_epoch = 0
-        self._pending_skip = 0
+        self._pending = (0, 0)  # (rows, batches) where the next pass starts
         self._started = False
         self._current: _LoaderIterator | None = None
 
@@ -682,16 +817,38 @@ class DatasetRTDataLoader(DataLoader):
         return self._plan.common_seed
 
     @property
+    def rank(self) -> int:
+        return self.dataset._spec.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.dataset._spec.world
+
+    @property
+    def padded_rows(self) -> int:
+        """Rows per full pass read twice across ranks so that every rank has the same batch count
+        (the first rows of the pass, again); 0 with drop_last."""
+        return self._share.padded
+
+    @property
+    def dropped_rows(self) -> int:
+        """Requested rows per pass that no rank reads (drop_last rounding to whole batches on every rank)."""
+        return self._share.discarded
+
+    @property
+    def global_samples_per_pass(self) -> int:
+        return self._share.effective
+
+    @property
     def batches_per_pass(self) -> int:
-        count, batch = self._plan.count, self._plan.batch_size
-        return count // batch if self.drop_last else -(-count // batch)
+        return self.dataset._spec.layout().batches
 
     def __iter__(self) -> _LoaderIterator:
-        epoch, skip = self._next_epoch, self._pending_skip
+        epoch, (rows, prior) = self._next_epoch, self._pending
         self._started = True
-        self._next_epoch, self._pending_skip = epoch + 1, 0
-        self.dataset._begin(epoch, skip)
-        tracked = _LoaderIterator(super().__iter__(), epoch, skip)
+        self._next_epoch, self._pending = epoch + 1, (0, 0)
+        self.dataset._begin(epoch, rows)
+        tracked = _LoaderIterator(super().__iter__(), epoch, self.dataset._spec.layout(rows), prior)
         self._current = tracked
         return tracked
 
@@ -702,46 +859,64 @@ class DatasetRTDataLoader(DataLoader):
                 "batch_size": plan.batch_size, "drop_last": bool(self.drop_last), "seed": plan.common_seed}
 
     def state_dict(self) -> dict:
-        """Where the next batch comes from: {"epoch", "batches" (delivered in that epoch)} plus
-        what the plan is (cache and table digests, seed, shuffle, partition, sizes). Plain
-        Python values (json- and torch.save-able)."""
+        """Where the next batch comes from: {"epoch", "rows" (plan positions of that epoch the
+        ranks consumed together, assuming every rank delivered as many batches as this one),
+        "batches" (delivered by this rank in that epoch), "world_size", "rank"} plus what the plan
+        is (cache and table digests, seed, shuffle, partition, sizes). Plain Python values (json-
+        and torch.save-able)."""
         cur = self._current
         if cur is None:
-            epoch, batches = self._next_epoch, self._pending_skip
+            epoch, (rows, batches) = self._next_epoch, self._pending
         else:
-            epoch, batches = cur.epoch, cur.skip + cur.yielded
-            if cur.exhausted or batches >= self.batches_per_pass:
-                epoch, batches = epoch + 1, 0
-        return {"kind": STATE_KIND, "version": STATE_VERSION, "epoch": epoch, "batches": batches, **self._identity()}
+            layout = cur.layout
+            epoch, rows, batches = cur.epoch, layout.start + cur.yielded * layout.world * layout.batch, \
+                cur.prior + cur.yielded
+            if cur.exhausted or cur.yielded >= layout.batches:
+                epoch, rows, batches = epoch + 1, 0, 0
+        return {"kind": STATE_KIND, "version": STATE_VERSION, "epoch": epoch, "rows": rows, "batches": batches,
+                "world_size": self.world_size, "rank": self.rank, **self._identity()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where `state` was taken: the next iteration yields exactly the remaining
-        batches of that epoch, later iterations the following epochs. Must precede iteration.
-        A state of another plan (caches, table, seed, shuffle, partition, sizes) is refused;
-        a loader built with seed="random" adopts the state's seed."""
+        batches of that epoch (the same batches when the world size is the same; otherwise this
+        topology's share of the remaining plan positions), later iterations the following epochs.
+        Must precede iteration. A state of another plan (caches, table, seed, shuffle, partition,
+        sizes) is refused; a loader built with seed="random" adopts the state's seed."""
         if self._started:
             raise LoaderStateError("load_state_dict must be called before the loader is iterated; "
                                    "build a fresh loader with the same arguments to resume")
         if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
             raise ConfigError(f"not a datasetrt DataLoader state (expected kind {STATE_KIND!r})")
-        if state.get("version") != STATE_VERSION:
-            raise ConfigError(f"unsupported DataLoader state version {state.get('version')!r}")
+        version = state.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ConfigError(f"unsupported DataLoader state version {version!r}")
         mine = self._identity()
         seed = state.get("seed")
         adopt = (seed != mine["seed"] and not self._explicit_seed and self._plan.shuffle and not self._plan.frozen
                  and type(seed) is int and 0 <= seed < 1 << 64)
         _check_identity(state, {k: v for k, v in mine.items() if not (adopt and k == "seed")}, "DataLoader")
+        epoch, batches = state.get("epoch"), state.get("batches")
+        if version == 1:  # single rank: rows = batches * batch_size
+            world = 1
+            rows = min(batches * self._plan.batch_size, self._plan.count) if type(batches) is int else None
+        else:
+            world, rows = state.get("world_size"), state.get("rows")
+        same = world == self.world_size
+        if (type(epoch) is not int or type(batches) is not int or type(rows) is not int or type(world) is not int
+                or epoch < 0 or batches < 0 or world < 1 or not 0 <= rows <= self._plan.count
+                or (same and batches > self.batches_per_pass)):
+            raise ConfigError(f"DataLoader state has an invalid position (epoch {epoch!r}, batches {batches!r}, "
+                              f"rows {rows!r}, world_size {world!r})")
         if adopt:
             self._plan.common_seed = seed  # seed="random": continue the saved stream
-            workers = len(self.dataset.worker_seeds)
-            self.dataset.worker_seeds = tuple(derive_seed(seed, 0, w) for w in range(workers))
-            self.dataset._spec = (self._plan.shuffle, self._plan.plan_seed, self._plan.count, self._plan.batch_size)
-        epoch, batches = state.get("epoch"), state.get("batches")
-        if type(epoch) is not int or type(batches) is not int or epoch < 0 or not 0 <= batches <= self.batches_per_pass:
-            raise ConfigError(f"DataLoader state has an invalid position (epoch {epoch!r}, batches {batches!r})")
-        if batches == self.batches_per_pass:
-            epoch, batches = epoch + 1, 0
-        self._next_epoch, self._pending_skip = epoch, batches
+            rank, workers = self.rank, len(self.dataset.worker_seeds)
+            self.dataset.worker_seeds = tuple(derive_seed(seed, rank, w) for w in range(workers))
+            self.dataset._spec = replace(self.dataset._spec, seed=self._plan.plan_seed)
+        if not same:
+            batches = rows // (self.world_size * self._plan.batch_size)
+        if self.dataset._spec.layout(rows).per_rank == 0:
+            epoch, rows, batches = epoch + 1, 0, 0
+        self._next_epoch, self._pending = epoch, (rows, batches)
 
 
 # -- options (dataset-rt 0.4.8 wording and checking order) -------------------------------------
@@ -794,6 +969,64 @@ def _loader_event(message: str) -> None:
         print(f"[{LOGGER_NAME}] {message}", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class Replica:
+    """This process's place among training processes: `rank` of `world_size`, `local_world_size`
+    processes on this machine, and whether a torch.distributed group is initialised (`group`)."""
+
+    rank: int
+    world_size: int
+    local_world_size: int
+    group: bool
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def capture_replica() -> Replica:
+    """Rank and world size from the initialised default torch.distributed group, else from the
+    torchrun environment variables (RANK, WORLD_SIZE), else (0, 1); LOCAL_WORLD_SIZE (between 1
+    and the world size) or the world size counts the processes sharing this machine's CPUs."""
+    if get_worker_info() is not None:
+        raise RuntimeError("capture_replica must run before DataLoader workers start")
+    dist = torch_distributed
+    group = dist.is_available() and dist.is_initialized()
+    if group:
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        if rank is None or world is None:
+            rank, world = 0, 1
+        elif not (world >= 1 and 0 <= rank < world):
+            raise ConfigError(f"RANK={rank} and WORLD_SIZE={world} must satisfy 0 <= RANK < WORLD_SIZE")
+    local = _env_int("LOCAL_WORLD_SIZE")
+    if local is None:
+        local = world
+    elif not 1 <= local <= world:
+        raise ConfigError(f"LOCAL_WORLD_SIZE must be between 1 and the world size {world}, got {local}")
+    return Replica(rank, world, local, group)
+
+
+def _agree(replica: Replica, fingerprint: dict, candidate: int | None) -> int | None:
+    """Broadcast rank 0's (seed, plan fingerprint) to every rank (one `broadcast_object_list`);
+    return rank 0's seed, or refuse on a rank whose plan differs from rank 0's."""
+    objects = [(candidate, fingerprint)] if replica.rank == 0 else [None]
+    torch_distributed.broadcast_object_list(objects, src=0)
+    seed, theirs = objects[0]
+    for key, value in fingerprint.items():
+        if theirs.get(key) != value:
+            raise ConfigError(f"to_torch_dataloader on rank {replica.rank} differs from rank 0: {key} "
+                              f"(rank 0 {theirs.get(key)!r}, here {value!r}); every rank must build the same plan")
+    return seed
+
+
 def to_torch_dataloader(
     dataset: CachedDataset, *, shuffle: bool = True, seed: int | str = "random",
     samples_per_epoch: int | None = None, worker_partition: str | None = None, work_dir: Any = None,
@@ -804,7 +1037,10 @@ def to_torch_dataloader(
     persistent_workers: bool | str = "auto", verbose: bool = True, dataloader_kwargs: Mapping | None = None,
 ) -> DatasetRTDataLoader:
     """`CachedDataset.to_torch_dataloader(...)`: dataset-rt 0.4.8's arguments, defaults and
-    validation messages; a real DataLoader whose batches are the loader plan in order."""
+    validation messages; a real DataLoader whose batches are the loader plan in order, or this
+    rank's share of it when several ranks train (`capture_replica`; docs/distributed.md). With an
+    initialised process group of world_size > 1 this is a collective call (one
+    `broadcast_object_list`): every rank must call it, with the same arguments."""
     extra = dict(dataloader_kwargs) if dataloader_kwargs is not None else {}
     conflicts = _RESERVED.intersection(extra)
     if conflicts:
@@ -832,6 +1068,7 @@ def to_torch_dataloader(
             raise ConfigError("seed requires shuffle=True; use 'random' for sequential reading")
         if not 0 <= seed < 1 << 64:
             raise ConfigError("seed must be 'random' or an unsigned 64-bit integer")
+    explicit_seed = type(seed) is int
     ctx_ok = isinstance(multiprocessing_context, BaseContext) or (
         isinstance(multiprocessing_context, str)
         and (multiprocessing_context == "inherit" or multiprocessing_context in get_all_start_methods()))
@@ -842,13 +1079,15 @@ def to_torch_dataloader(
 
     if get_worker_info() is not None:
         raise LoaderStateError("to_torch_dataloader must run before DataLoader workers start")
-    dist = torch_distributed
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        raise ConfigError(f"to_torch_dataloader: multi-rank loading is not supported yet "
-                          f"(world_size={torch_distributed.get_world_size()})")
+    replica = capture_replica()
+    rank, world, local = replica.rank, replica.world_size, replica.local_world_size
+    if shuffle and not explicit_seed and world > 1 and not replica.group:
+        raise ConfigError(f"seed='random' with WORLD_SIZE={world} needs an initialised torch.distributed process "
+                          f"group to share rank 0's seed; pass an explicit seed (the same on every rank)")
     cpus = available_cpus() if _is_auto(num_workers) or _is_auto(native_num_workers) else 1
-    processes = min(4, max(0, cpus - 1)) if _is_auto(num_workers) else num_workers
-    threads = max(1, min(4, cpus // max(1, processes))) if _is_auto(native_num_workers) else native_num_workers
+    processes = min(4, max(0, cpus // local - 1)) if _is_auto(num_workers) else num_workers
+    threads = (max(1, min(4, cpus // (max(1, processes) * local))) if _is_auto(native_num_workers)
+               else native_num_workers)
     if processes == 0 and timeout != 0:
         raise ConfigError("timeout must be zero with num_workers=0")
     if _is_auto(persistent_workers):
@@ -878,12 +1117,10 @@ def to_torch_dataloader(
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:
         raise ConfigError(f"inherited samples_per_epoch must be between 1 and {MAX_SAMPLE_BUDGET}")
-    count = budget // batch_size * batch_size if drop_last else budget
-    if count != budget:
-        warnings.warn(f"samples_per_epoch adjusted: requested {budget} global samples, effective {count}; "
-                      f"discarded {budget - count} for equal rank batch counts", UserWarning, stacklevel=3)
-    explicit_seed = type(seed) is int
-    common = (seed if explicit_seed else secrets.randbits(64)) if shuffle else None
+    share = rank_share(budget, world, batch_size, drop_last)
+    count = rank_count(budget, 1, batch_size, drop_last)  # global plan positions per pass, any world size
+    if rank == 0 and share.message is not None:
+        warnings.warn(share.message, UserWarning, stacklevel=3)
     work = None
     if work_dir is not None:
         from pydantic import DirectoryPath, TypeAdapter
@@ -891,24 +1128,33 @@ def to_torch_dataloader(
         work = str(TypeAdapter(DirectoryPath).validate_python(work_dir))
     partition = worker_partition or ("replicate" if shuffle else "split")
 
-    plan = _LoaderPlan(dataset, shuffle=shuffle, common_seed=common, partition=partition, budget=budget,
+    plan = _LoaderPlan(dataset, shuffle=shuffle, common_seed=None, partition=partition, budget=budget,
                        count=count, batch_size=batch_size, drop_last=drop_last)
+    common = (seed if explicit_seed else secrets.randbits(64)) if shuffle else None
+    if replica.group and world > 1:
+        fingerprint = {"caches": plan.caches_digest(), "table": plan.table_digest(), "shuffle": shuffle,
+                       "worker_partition": partition, "samples_per_epoch": budget, "batch_size": batch_size,
+                       "drop_last": drop_last, "seed": seed}
+        common = _agree(replica, fingerprint, common)
+    plan.common_seed = common
     consumers = max(1, processes)
-    worker_seeds = tuple(derive_seed(common, 0, w) for w in range(consumers)) if shuffle else (0,) * consumers
-    adapter = LoaderDataset(dataset, plan, sample_transform_fn, worker_seeds, work)
+    worker_seeds = tuple(derive_seed(common, rank, w) for w in range(consumers)) if shuffle else (0,) * consumers
+    spec = _Spec(shuffle, plan.plan_seed, count, batch_size, drop_last, rank, world)
+    adapter = LoaderDataset(dataset, plan, spec, sample_transform_fn, worker_seeds, work)
     loader = DatasetRTDataLoader(
         adapter, batch_size=batch_size, num_workers=processes, collate_fn=collate_fn, drop_last=drop_last,
         pin_memory=pin_memory, timeout=timeout, multiprocessing_context=context, worker_init_fn=worker_init_fn,
         prefetch_factor=prefetch, persistent_workers=persistent, **extra,
     )
-    loader._setup_resume(plan, explicit_seed, partition)
+    loader._setup_resume(plan, explicit_seed, partition, share)
     if verbose:
         seeds = ",".join(f"{w}:{s}" for w, s in enumerate(worker_seeds))
         _loader_event(
-            f"event=loader_ready pid={os.getpid()} rank=0 seed={common} worker_seeds={seeds} "
+            f"event=loader_ready pid={os.getpid()} rank={rank} seed={common} worker_seeds={seeds} "
             f"num_workers={processes} native_threads_per_consumer={threads} partition={partition} "
             f"persistent={persistent} prefetch_factor={prefetch if prefetch is not None else 'disabled'} "
-            f"samples={budget} samples_per_rank={count} batch_size={batch_size} world_size=1 shuffle={shuffle} "
+            f"samples={budget} samples_per_rank={share.per_rank} batch_size={batch_size} world_size={world} "
+            f"padded={share.padded} dropped={share.discarded} shuffle={shuffle} "
             f"multiprocessing_context={context.get_start_method() if context is not None else 'disabled'}"
         )
     return loader
