@@ -34,7 +34,7 @@ from datasetrt.errors import (
     SampleIndexError,
 )
 from datasetrt.format.durable import fsync_path
-from datasetrt.format.layout import INDEX_NAME, MANIFEST_NAME, U64_MAX
+from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.writer import write_profile, write_sources
 from datasetrt.records import (
@@ -264,6 +264,7 @@ class CachedDataset:
             timeout_s=cfg.worker_timeout_s,
             fallback=self._reader(),
             rows_hint=rows_hint,
+            identities=tuple(h.identity for h in self._handles),
         )
 
     def _set_dataset_key(self) -> str:
@@ -439,15 +440,12 @@ class CachedDataset:
 
 
 def _dataset_key(handles: list[CacheHandle], verify_records: bool) -> str:
-    """Identity of a cache set for worker-side reader reuse: paths plus each manifest's and
-    index's (device, inode, mtime), so a cache rewritten at the same path is never served from a
-    worker's stale handles."""
+    """Identity of a cache set for worker-side reader reuse: paths plus each cache's identity as
+    opened (manifest and index device, inode, mtime), so a cache rewritten at the same path is never
+    served from a worker's stale handles."""
     h = hashlib.sha256(f"{verify_records}".encode())
     for handle in handles:
-        h.update(b"\0" + str(handle.path.absolute()).encode())
-        for name in (MANIFEST_NAME, INDEX_NAME):
-            st = os.stat(handle.path / name)
-            h.update(f"|{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}".encode())
+        h.update(b"\0" + str(handle.path.absolute()).encode() + repr(handle.identity).encode())
     return h.hexdigest()[:32]
 
 

@@ -243,10 +243,16 @@ def read_manifest(cache_dir: Path) -> Manifest:
     ManifestJSONError for malformed JSON, unsupported versions, missing or mistyped fields,
     and hostile shard names (anything but NNNNNN.bin).
     """
+    return read_manifest_stat(cache_dir)[0]
+
+
+def read_manifest_stat(cache_dir: Path) -> tuple[Manifest, os.stat_result]:
+    """`read_manifest` plus the fstat of the manifest file that was read (its identity)."""
     path = os.path.join(cache_dir, MANIFEST_NAME)  # str paths: pathlib costs ~5 us per join here
     try:
         with open(path, "rb") as f:
             raw = f.read()
+            st = os.fstat(f.fileno())
     except FileNotFoundError:
         raise MissingManifestError(f"missing manifest: {path}") from None
     except NotADirectoryError:
@@ -257,7 +263,7 @@ def read_manifest(cache_dir: Path) -> Manifest:
         from datasetrt.errors import CacheIOError
 
         raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
-    return parse_manifest(raw, path)
+    return parse_manifest(raw, path), st
 
 
 def parse_manifest(raw: bytes, path: Path) -> Manifest:

@@ -26,7 +26,7 @@ from datasetrt.format.layout import (
     METADATA_NAME,
     SHARDS_DIR,
 )
-from datasetrt.format.manifest import Manifest, read_manifest
+from datasetrt.format.manifest import Manifest, read_manifest_stat
 
 CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
 HASH_CHUNK_BYTES = 8 << 20
@@ -34,6 +34,13 @@ HASH_CHUNK_BYTES = 8 << 20
 
 def _io_error(exc: OSError, path: Path) -> CacheIOError:
     return CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}")
+
+
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise _io_error(exc, path) from None
 
 
 def _stat_size(path: Path) -> int:
@@ -52,11 +59,14 @@ class CacheHandle:
     sidecar are mapped lazily, once, read-only and shared (MAP_SHARED) on first use.
     """
 
-    __slots__ = ("path", "manifest", "_index", "_checksums")
+    __slots__ = ("path", "manifest", "identity", "_index", "_checksums")
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: Path, manifest: Manifest, identity: tuple = ()) -> None:
         self.path = path
         self.manifest = manifest
+        # (dev, inode, mtime_ns) of manifest.json and index.bin as opened: a cache replaced at the
+        # same path since then is a different cache (reader workers compare it before reading).
+        self.identity = identity
         self._index: MappedFile | None = None
         self._checksums: MappedFile | None = None
 
@@ -64,10 +74,11 @@ class CacheHandle:
     def open(cls, path: str | os.PathLike) -> CacheHandle:
         """Read the manifest and check shapes (no content is read). O(shards) stat calls."""
         root = os.fspath(path)
-        manifest = read_manifest(root)
+        manifest, manifest_st = read_manifest_stat(root)
         join = os.path.join
         index_path = join(root, INDEX_NAME)
-        index_size = _stat_size(index_path)
+        index_st = _stat(index_path)
+        index_size = index_st.st_size
         if index_size % INDEX_ROW_BYTES:
             raise CacheFormatError(f"index length is not divisible by row size: {index_path}")
         if index_size // INDEX_ROW_BYTES != manifest.sample_count:
@@ -85,8 +96,9 @@ class CacheHandle:
             sidecar = join(root, manifest.checksums.file)
             if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
-        path = Path(path)
-        return cls(path, manifest)
+        identity = (manifest_st.st_dev, manifest_st.st_ino, manifest_st.st_mtime_ns,
+                    index_st.st_dev, index_st.st_ino, index_st.st_mtime_ns)
+        return cls(Path(path), manifest, identity)
 
     @property
     def sample_count(self) -> int:
@@ -180,6 +192,10 @@ class CacheHandle:
                 f"metadata row count for cache {self.path} expected {self.sample_count}, got {table.num_rows} "
                 f"(metadata row count does not match manifest): {path}"
             )
+        if not validating and hashlib.sha256(data).hexdigest() != self.manifest.metadata_sha256:
+            # Beyond dataset-rt: the table drives filters and weights, so a well-formed but altered
+            # metadata.arrow must not pass silently. Hashed once, when the table is first decoded.
+            raise IntegrityError(f"checksum mismatch for {path}")
         return pa.table(columns, names=[n for n, _ in schema])
 
     # -- deep validation --------------------------------------------------------------------

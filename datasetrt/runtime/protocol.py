@@ -45,6 +45,7 @@ class OpenRun:
     snapshot_path: str | None  # None: the physical population (catalog counts below)
     counts: tuple[int, ...]
     scale: float
+    identities: tuple[tuple[int, ...], ...] = ()  # CacheHandle.identity per cache, as the parent opened it
 
 
 @dataclass(frozen=True, slots=True)

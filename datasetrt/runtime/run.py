@@ -72,7 +72,7 @@ class ParallelRun:
     def __init__(self, get_pool: Callable[[], WorkerPool], num_workers: int, *, dataset_key: str,
                  cache_dirs: list[str], counts: list[int], verify_records: bool, window: Window,
                  prefetch_size: int, max_record_bytes: int, memory_limit_bytes: int, timeout_s: float,
-                 fallback: LocalReader, rows_hint: int | None = None) -> None:
+                 fallback: LocalReader, rows_hint: int | None = None, identities: tuple = ()) -> None:
         """Check the memory bound and /dev/shm first; only then get (maybe start) the pool."""
         self.run_dir: Path | None = None
         self.window = window
@@ -110,6 +110,7 @@ class ParallelRun:
                 slot_bytes=self.shape.slot_bytes, rows_per_slot=self.shape.rows_per_task,
                 shuffle=window.shuffle, seed=window.seed, window_start=window.start,
                 window_length=window.length, snapshot_path=snapshot_path, counts=tuple(counts), scale=scale,
+                identities=tuple(identities),
             )
             pool.handlers[self.run_id] = self._on_message
         except BaseException:

@@ -3,26 +3,26 @@
 Boundary: imports numpy, pyarrow, the native kernels, the format reader and the planner; never
 Polars or Torch (the parent checks `WorkerReady.imported_polars`). Messages: runtime/protocol.py.
 
-The worker ignores SIGINT (the parent owns interrupt handling and cleanup), asks the kernel to
-SIGTERM it when the parent dies (PR_SET_PDEATHSIG), and also exits when its task pipe reaches
-EOF. Exceptions while serving a task are reported as TaskFailed with the traceback text; the
+The worker ignores SIGINT (the parent owns interrupt handling and cleanup), exits when the parent
+process dies (a pidfd watched by a daemon thread), and also exits when its task pipe reaches EOF. Exceptions while serving a task are reported as TaskFailed with the traceback text; the
 worker keeps serving.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import pickle
+import select
 import signal
 import sys
+import threading
 import traceback
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
+from datasetrt.errors import CacheFormatError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.local import LocalReader
 from datasetrt.runtime.protocol import (
@@ -40,18 +40,30 @@ from datasetrt.runtime.shm import attach_shared_file
 from datasetrt.sampling.planner import ActiveRows, Population, Window
 from datasetrt.table.catalog import CacheCatalog
 
-PR_SET_PDEATHSIG = 1
 MAX_CACHED_READERS = 4
 
 
 def _die_with_parent(parent_pid: int) -> None:
+    """Exit as soon as the parent process is gone.
+
+    A pidfd becomes readable when the process exits; a daemon thread waits on it. (prctl's
+    PR_SET_PDEATHSIG fires when the parent *thread* that started us exits, which kills workers of
+    a pool first used from a short-lived thread.) The task pipe's EOF is the second line.
+    """
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        pidfd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
         os._exit(1)
+    except (OSError, AttributeError):
+        return  # no pidfd (old kernel): rely on EOF of the task pipe
+    if os.getppid() != parent_pid:  # the parent died before the pidfd was opened
+        os._exit(1)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="datasetrt-parent-watch", daemon=True).start()
 
 
 class _Run:
@@ -121,6 +133,9 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 reader = readers.pop(msg.dataset_key, None)
                 if reader is None:
                     handles = [CacheHandle.open(p) for p in msg.cache_dirs]
+                    for handle, expected in zip(handles, msg.identities):
+                        if handle.identity != tuple(expected):
+                            raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
                     reader = LocalReader(handles, verify_records=msg.verify_records)
                 readers[msg.dataset_key] = reader
                 runs[msg.run_id] = _Run(msg, reader)

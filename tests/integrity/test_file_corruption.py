@@ -52,6 +52,9 @@ def _sha_mismatch(rel: str) -> Expect:
 SHA_SHARD = Expect("open", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {shard_file(c)}"])
 SHA_INDEX = _sha_mismatch("index.bin")
 SHA_META = _sha_mismatch("metadata.arrow")
+# Beyond dataset-rt (which serves an edited metadata.arrow unless validate_cache=True): the table
+# drives filters and weights, so its sha256 is checked when it is first decoded, by default.
+META_HASH_ON_USE = Expect("metadata", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {c / 'metadata.arrow'}"])
 
 
 # -- mutations ------------------------------------------------------------------------------------
@@ -144,7 +147,7 @@ def _int32_column(t):
 
 ROWS = [
     # id, mutate, validate_cache=False, validate_cache=True, note
-    ("metadata-sha", _set("metadata_sha256", "0" * 64), ACCEPTED, SHA_META, ""),
+    ("metadata-sha", _set("metadata_sha256", "0" * 64), META_HASH_ON_USE, SHA_META, ""),
     ("index-sha", _set("index_sha256", "0" * 64), ACCEPTED, SHA_INDEX, ""),
     ("shard-sha", _set_shard("sha256", "0" * 64), ACCEPTED, SHA_SHARD, ""),
     ("sidecar-sha", _set_sidecar_sha, ACCEPTED,
@@ -209,7 +212,7 @@ ROWS = [
      Expect("metadata", CacheFormatError, ValueError,
             lambda c: [f"metadata row count for cache {c} expected {N_SAMPLES}, got 2", META(c)]),
      SHA_META, "names the cache directory where dataset-rt gives its position"),
-    ("metadata-value-changed", _rewrite_meta(_value_changed), ACCEPTED, SHA_META, ""),
+    ("metadata-value-changed", _rewrite_meta(_value_changed), META_HASH_ON_USE, SHA_META, ""),
     ("metadata-int32-column", _rewrite_meta(_int32_column),
      Expect("metadata", CacheFormatError, ValueError,
             lambda c: ["metadata column 'index' does not match manifest schema", META(c)]),
@@ -255,8 +258,10 @@ def test_validate_cache_structural_checks_behind_sha256(runtime, cache, mutate, 
     assert_fault(out, "open", cls, builtin, *[f(cache) if callable(f) else f for f in fragments])
 
 
-def test_metadata_value_changed_is_served(runtime, cache):
-    """validate_cache=False accepts an edited metadata.arrow and get_metadata shows the new value."""
+def test_metadata_value_changed_is_refused(runtime, cache):
+    """Beyond dataset-rt (which serves the edited value with validate_cache=False): a well-formed
+    but altered metadata.arrow fails its sha256 check when the table is first decoded."""
     _rewrite_meta(_value_changed)(cache)
     ds = runtime.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0))
-    assert ds.get_metadata()["label"][0] == "changed"
+    with pytest.raises(IntegrityError, match="checksum mismatch for"):
+        ds.get_metadata()
