@@ -4,8 +4,9 @@ Boundary: files and mappings; knows nothing of records or tables.
 
 Ownership: the parent creates `/dev/shm/datasetrt-<pid>-<token>/`, every file in it, and removes
 it (normal end, exception, abandoned iterator, interrupt, runtime close). Workers only open files
-in it read-write (ring) or read-only (snapshot) and never unlink. No `multiprocessing`
-resource tracker is involved. A parent killed with SIGKILL leaves its directory behind; the next
+in it read-write (ring) or read-only (snapshot) and never unlink. Nothing is registered with the
+`multiprocess` resource tracker (the spawn start method still starts that process; it tracks
+nothing of ours). A parent killed with SIGKILL leaves its directory behind; the next
 `sweep_stale_runs()` (at every runtime start) removes directories whose owner pid is gone.
 """
 
