@@ -1,4 +1,5 @@
-"""Soak (slow, opt in with `-m slow`): thousands of iterators over many caches, in-process and
+"""Soak: a short run in the default suite (CI), the long one opt-in with `-m slow`
+(DATASETRT_SOAK_ITERATIONS sets its length, default 20,000): thousands of iterators over many caches, in-process and
 through forked workers, with random filter/weight updates between them. Descriptors, children,
 /dev/shm run directories and PSS must stay flat: the last quarter's maximum may not exceed the
 warm-up baseline by more than a small allowance (allocator noise), never grow with iterations.
@@ -7,6 +8,7 @@ warm-up baseline by more than a small allowance (allocator noise), never grow wi
 from __future__ import annotations
 
 import gc
+import os
 import random
 
 import polars as pl
@@ -16,10 +18,8 @@ import pytest
 import datasetrt as drt
 from tests.reliability import fd_count, live_children, reader_config, shm_entries, write_template
 
-pytestmark = pytest.mark.slow
-
 N_CACHES = 12
-ITERATIONS = 2000
+LONG_ITERATIONS = int(os.environ.get("DATASETRT_SOAK_ITERATIONS", "20000"))
 PSS_ALLOWANCE = 64 << 20
 
 
@@ -27,7 +27,11 @@ def pss() -> int:
     return psutil.Process().memory_full_info().pss
 
 
-def test_soak_iterators_with_weight_updates_stay_flat(tmp_path):
+@pytest.mark.parametrize("iterations", [
+    pytest.param(400, id="short"),
+    pytest.param(LONG_ITERATIONS, id="long", marks=pytest.mark.slow),
+])
+def test_soak_iterators_with_weight_updates_stay_flat(tmp_path, iterations):
     algos = ["none", "lz4", "zstd"]
     caches = [write_template(tmp_path, f"soak-{k}", 200 + 13 * k, algos[k % 3], max_shard_bytes=8 << 10)
               for k in range(N_CACHES)]
@@ -56,9 +60,9 @@ def test_soak_iterators_with_weight_updates_stay_flat(tmp_path):
         gc.collect()
         fds, children, shm, mem = fd_count(), len(live_children()), shm_entries(), pss()
         peak_fds, peak_mem = 0, 0
-        for i in range(ITERATIONS):
+        for i in range(iterations):
             step(i)
-            if i >= 3 * ITERATIONS // 4 and i % 50 == 0:
+            if i >= 3 * iterations // 4 and i % 50 == 0:
                 gc.collect()
                 peak_fds, peak_mem = max(peak_fds, fd_count()), max(peak_mem, pss())
         gc.collect()
