@@ -554,12 +554,12 @@ def write_sources(
     if not sources:
         return [], []
     check_duplicate_names(sources, base)
-    if base.exists() and not base.is_dir():
-        msg = f"I/O error: Not a directory (os error 20): {base}"
-        return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
     try:
+        if base.exists() and not base.is_dir():
+            msg = f"I/O error: Not a directory (os error 20): {base}"
+            return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
         base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
+    except OSError as exc:  # e.g. permission denied on base or a parent: every source fails alike
         msg = f"I/O error: {exc.strerror} (os error {exc.errno}): {base}"
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
     writer = SourceWriter(base, config, pool, progress)
