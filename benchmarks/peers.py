@@ -1,0 +1,310 @@
+"""Peer contenders for benchmarks.run: loaderx, a torch DataLoader over numpy memmap files, and the
+physical limits (memmap copy of the same bytes from the page cache, raw pread loop per record).
+
+Every workload also exists as a flat file of the same payloads: `payloads.bin` (payloads
+concatenated in write order) and `offsets.npy` (int64, N+1 byte offsets). The torch contender and
+the limits read those (uncompressed) bytes; loaderx reads its own store built from the same payloads.
+
+Each `run_*` function runs inside a fresh contender subprocess and returns the same figure dict as
+benchmarks.run's datasetrt child: rates, mib, p95_batch_ms, first_sample_s, digest (ordered),
+multiset, count, plus `note` / `error` text. A failing peer API call is reported as `error`, never
+raised, so one peer cannot crash the suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+BATCH = 256
+
+
+class Digest:
+    """Ordered digest (sha256 over length-prefixed payloads in delivery order) and an order-free
+    multiset digest (sum of per-payload 128-bit blake2b values mod 2**128, plus the count)."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.acc = 0
+        self.count = 0
+
+    def add(self, payload) -> None:
+        mv = memoryview(payload).cast("B")
+        self.h.update(len(mv).to_bytes(8, "little"))
+        self.h.update(mv)
+        self.acc = (self.acc + int.from_bytes(hashlib.blake2b(mv, digest_size=16).digest(), "little")) % (1 << 128)
+        self.count += 1
+
+    def result(self) -> dict:
+        return {"digest": self.h.hexdigest(), "multiset": f"{self.count}:{self.acc:032x}", "count": self.count}
+
+
+def new_result() -> dict:
+    return {"rates": [], "mib": [], "p95_batch_ms": [], "first_sample_s": None, "digest": None,
+            "multiset": None, "count": 0, "note": "", "error": None}
+
+
+def p95_ms(t0: float, stamps: list[float]) -> float | None:
+    gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
+    if not gaps:
+        return None
+    return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
+
+
+def record_rep(result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]) -> None:
+    """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
+    if rep > 0 or repeats == 1:
+        result["rates"].append(n / dt)
+        result["mib"].append(nbytes / 2**20 / dt)
+        p = p95_ms(t0, stamps)
+        if p is not None:
+            result["p95_batch_ms"].append(p)
+
+
+def load_flat(flat: str) -> tuple[Path, np.ndarray]:
+    path = Path(flat)
+    return path / "payloads.bin", np.load(path / "offsets.npy")
+
+
+def plan(spec: dict, count: int) -> np.ndarray:
+    """Read order: datasetrt's own sample order for this run (`spec["order"]`, an .npy of sample ids
+    that benchmarks.run records from datasetrt itself), else write order."""
+    return np.load(spec["order"]) if spec.get("order") else np.arange(count)
+
+
+class PlanSampler:
+    """loaderx sampler protocol (`next()` -> uint64 indices) replaying a fixed plan in batches."""
+
+    def __init__(self, order: np.ndarray, batch: int) -> None:
+        self.order = np.ascontiguousarray(order, dtype=np.uint64)
+        self.batch = batch
+        self.step = 0
+
+    def next(self) -> np.ndarray:
+        s = (self.step * self.batch) % len(self.order)
+        self.step += 1
+        return self.order[s:s + self.batch]
+
+
+# ---------------------------------------------------------------------------- physical limits
+
+
+def run_memmap_copy(spec: dict) -> dict:
+    """One numpy copy of the whole memmapped payload file per repeat (page cache -> private memory)."""
+    result = new_result()
+    if spec["shuffle"]:
+        result["error"] = "no shuffle (one sequential copy)"
+        return result
+    payloads, offsets = load_flat(spec["flat"])
+    n = len(offsets) - 1
+    mm = np.memmap(payloads, dtype=np.uint8, mode="r")
+    start = time.perf_counter()
+    for rep in range(spec["repeats"]):
+        t0 = time.perf_counter()
+        out = np.array(mm, copy=True)
+        dt = time.perf_counter() - t0
+        if rep == 0:
+            result["first_sample_s"] = time.perf_counter() - start
+            d = Digest()
+            for i in range(n):
+                d.add(out[offsets[i]:offsets[i + 1]])
+            result.update(d.result())
+        record_rep(result, rep, spec["repeats"], n, out.nbytes, dt, t0, [])
+        del out
+    return result
+
+
+def run_pread_loop(spec: dict) -> dict:
+    """os.pread of each record's bytes, in datasetrt's order, from the flat payload file."""
+    result = new_result()
+    payloads, offsets = load_flat(spec["flat"])
+    n = len(offsets) - 1
+    order = plan(spec, n)
+    starts = offsets[:-1].tolist()
+    sizes = np.diff(offsets).tolist()
+    order_l = order.tolist()
+    fd = os.open(payloads, os.O_RDONLY)
+    pread = os.pread
+    try:
+        start = time.perf_counter()
+        for rep in range(spec["repeats"]):
+            d = Digest() if rep == 0 else None
+            nbytes = 0
+            stamps = []
+            t0 = time.perf_counter()
+            for k, i in enumerate(order_l):
+                b = pread(fd, sizes[i], starts[i])
+                nbytes += len(b)
+                if d is not None:
+                    if k == 0:
+                        result["first_sample_s"] = time.perf_counter() - start
+                    d.add(b)
+                if (k + 1) % BATCH == 0:
+                    stamps.append(time.perf_counter())
+            dt = time.perf_counter() - t0
+            if d is not None:
+                result.update(d.result())
+            record_rep(result, rep, spec["repeats"], n, nbytes, dt, t0, stamps)
+    finally:
+        os.close(fd)
+    return result
+
+
+# ---------------------------------------------------------------------------- torch DataLoader
+
+
+class MemmapDataset:
+    """Map-style dataset over the flat payload file; the memmap is opened lazily in each worker."""
+
+    def __init__(self, flat: str, fixed: bool) -> None:
+        self.payloads, self.offsets = load_flat(flat)
+        self.fixed = fixed
+        self.mm = None
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int):
+        if self.mm is None:
+            self.mm = np.memmap(self.payloads, dtype=np.uint8, mode="r")
+        return np.array(self.mm[self.offsets[i]:self.offsets[i + 1]])  # copy out of the page cache
+
+
+def collate_list(batch):
+    return batch
+
+
+def run_torch(spec: dict) -> dict:
+    """torch.utils.data.DataLoader(batch_size=256, num_workers=W, sampler=plan) over MemmapDataset. Fixed-size
+    records use the default collate (one stacked uint8 tensor per batch); variable ones a list."""
+    from torch.utils.data import DataLoader
+
+    result = new_result()
+    fixed = spec["fixed"]
+    start = time.perf_counter()
+    ds = MemmapDataset(spec["flat"], fixed)
+    n = len(ds)
+    loader = DataLoader(ds, batch_size=BATCH, sampler=plan(spec, n).tolist(), num_workers=spec["workers"],
+                        collate_fn=None if fixed else collate_list, persistent_workers=spec["workers"] > 0)
+    for rep in range(spec["repeats"]):
+        d = Digest() if rep == 0 else None
+        count = nbytes = 0
+        stamps = []
+        t0 = time.perf_counter()
+        for batch in loader:
+            if rep == 0 and count == 0:
+                result["first_sample_s"] = time.perf_counter() - start
+            if fixed:
+                arr = batch.numpy()
+                count += arr.shape[0]
+                nbytes += arr.nbytes
+                if d is not None:
+                    for row in arr:
+                        d.add(row)
+            else:
+                count += len(batch)
+                for a in batch:
+                    nbytes += a.nbytes
+                    if d is not None:
+                        d.add(a)
+            stamps.append(time.perf_counter())
+        dt = time.perf_counter() - t0
+        if d is not None:
+            result.update(d.result())
+        record_rep(result, rep, spec["repeats"], count, nbytes, dt, t0, stamps)
+    del loader
+    return result
+
+
+# ---------------------------------------------------------------------------- loaderx
+
+
+def build_loaderx(store: Path, payloads: list, fixed_size: int | None, dtype: str, codec: str) -> None:
+    """Store the same payloads in a loaderx Dense (fixed-size) or Ragged (variable) store."""
+    from loaderx.zrecord import Dense, Ragged, RaggedBatch
+
+    dt = np.dtype(dtype)
+    chunk = 4096
+    if fixed_size is not None:
+        with Dense.create(store, dt, (fixed_size // dt.itemsize,), codec=codec) as ds:
+            for s in range(0, len(payloads), chunk):
+                part = payloads[s:s + chunk]
+                ds.append(np.frombuffer(b"".join(part), dtype=dt).reshape(len(part), -1))
+    else:
+        with Ragged.create(store, dt, 1, codec=codec) as rs:
+            for s in range(0, len(payloads), chunk):
+                rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s:s + chunk]]))
+
+
+def run_loaderx(spec: dict) -> dict:
+    """loaderx Loader({'data': [store]}, sampler, workers=W) for N/256 steps (the loader is endless).
+    Ordered: its Sampler(N, 256, SEQUENTIAL). Shuffled: a PlanSampler replaying datasetrt's order
+    (its own IID/CYCLIC modes cannot reproduce that order); worker threads may reorder batches."""
+    result = new_result()
+    try:
+        from loaderx import Loader
+        from loaderx.sampler import Sampler
+        from loaderx.zrecord import Dense, Ragged
+
+        start = time.perf_counter()
+        store = (Dense if spec["fixed"] else Ragged).open(spec["loaderx"])
+        n = len(store)
+        if n % BATCH:
+            result["error"] = f"record count {n} not a multiple of {BATCH}"
+            return result
+        steps = n // BATCH
+        order = plan(spec, n)
+        workers = spec["workers"]
+        result["note"] = f"Loader workers={workers} threads"
+        for rep in range(spec["repeats"]):
+            sampler = PlanSampler(order, BATCH) if spec.get("order") else Sampler(n, BATCH, Sampler.Mode.SEQUENTIAL)
+            loader = Loader({"data": [store]}, sampler, workers=workers, prefetch=4)
+            d = Digest() if rep == 0 else None
+            count = nbytes = 0
+            stamps = []
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                [shard] = next(loader)
+                value = shard["data"]
+                if rep == 0 and count == 0:
+                    result["first_sample_s"] = time.perf_counter() - start
+                if spec["fixed"]:
+                    arr = np.from_dlpack(value)
+                    count += arr.shape[0]
+                    nbytes += arr.nbytes
+                    if d is not None:
+                        for row in arr:
+                            d.add(row)
+                else:
+                    values = np.from_dlpack(value.values)
+                    cu = np.from_dlpack(value.cu_seqlens)
+                    count += len(cu) - 1
+                    nbytes += values.nbytes
+                    if d is not None:
+                        for j in range(len(cu) - 1):
+                            d.add(values[cu[j]:cu[j + 1]])
+                stamps.append(time.perf_counter())
+            dt = time.perf_counter() - t0
+            loader.close()
+            if d is not None:
+                result.update(d.result())
+            record_rep(result, rep, spec["repeats"], count, nbytes, dt, t0, stamps)
+        store.close()
+    except Exception as exc:  # a peer API failure is a finding, not a crash
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-2000:]
+    return result
+
+
+RUNNERS = {
+    "loaderx": run_loaderx,
+    "torch DataLoader (memmap)": run_torch,
+    "memmap copy (limit)": run_memmap_copy,
+    "pread per record (limit)": run_pread_loop,
+}
