@@ -11,7 +11,7 @@ outside int64 and the reserved names cache_id/sample_id/weight are rejected at w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from json.encoder import encode_basestring  # C-accelerated, ensure_ascii=False form
 from typing import Any
 
@@ -170,6 +170,3 @@ def unpack_input(item: Any) -> tuple[Any, Any]:
     if len(item) != 2:
         raise SourceError("CacheInput must contain data and metadata")
     return item[0], item[1]
-
-
-Encoder = Callable[[Any], tuple[bytes, tuple[Any, ...]]]

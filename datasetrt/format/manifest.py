@@ -126,10 +126,6 @@ class Manifest:
     checksums: ChecksumSidecar | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def schema_dict(self) -> dict[str, str]:
-        return dict(self.metadata_schema)
-
     def to_json(self) -> str:
         """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
         doc: dict[str, Any] = {"format_version": self.format_version}
