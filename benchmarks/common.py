@@ -108,3 +108,53 @@ def _fmt(x: float) -> str:
 def save_json(path: Path, measurements: list[Measurement], extra: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": machine_facts(), **extra, "measurements": [asdict(m) for m in measurements]}, indent=2))
+
+
+def p95_ms(t0: float, stamps: list[float]) -> float | None:
+    """95th percentile of the gaps between consecutive batch timestamps (first gap from t0), ms."""
+    gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
+    if not gaps:
+        return None
+    return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
+
+
+def record_rep(result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]) -> None:
+    """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
+    if rep > 0 or repeats == 1:
+        result["rates"].append(n / dt)
+        result["mib"].append(nbytes / 2**20 / dt)
+        p = p95_ms(t0, stamps)
+        if p is not None:
+            result["p95_batch_ms"].append(p)
+
+
+def datasetrt_pass(ds, batches: bool, batch: int, on_sample=None) -> tuple[int, int, float, list[float], float | None]:
+    """One window of a datasetrt (or dataset-rt) dataset: per-sample (`iter(ds)`) or
+    `ds.iter_batches(batch)`. Returns (samples, payload bytes, t0, a timestamp per `batch`
+    samples, time of the first sample). `on_sample(data, cache_id, sample_id)` sees every sample
+    in order when given (for digests)."""
+    n = nbytes = 0
+    stamps: list[float] = []
+    first_at = None
+    t0 = time.perf_counter()
+    if batches:
+        for b in ds.iter_batches(batch, with_metadata=True):
+            if first_at is None:
+                first_at = time.perf_counter()
+            n += len(b)
+            nbytes += len(b.data)
+            stamps.append(time.perf_counter())
+            if on_sample is not None:
+                for i in range(len(b)):
+                    on_sample(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
+    else:
+        for sample in ds:
+            if first_at is None:
+                first_at = time.perf_counter()
+            n += 1
+            nbytes += len(sample.data)
+            if n % batch == 0:
+                stamps.append(time.perf_counter())
+            if on_sample is not None:
+                on_sample(sample.data, sample.cache_id, sample.sample_id)
+    return n, nbytes, t0, stamps, first_at

@@ -24,6 +24,7 @@ from pathlib import Path
 import dataset_rt
 
 import datasetrt
+import datasetrt.format.layout  # make_many_caches derives cache ids
 from benchmarks.common import Measurement, PayloadSource, machine_facts, ratio_table, repeat, save_json, timed
 
 LIBS = {"datasetrt": datasetrt, "dataset-rt 0.4.8": dataset_rt}
@@ -139,8 +140,6 @@ def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
 
 
 def bench_open(workdir: Path, how_many: int, repeats: int) -> list[Measurement]:
-    import datasetrt.format.layout  # noqa: F401 - used by make_many_caches
-
     paths = make_many_caches(workdir, how_many)
     out = []
     for label, lib in LIBS.items():

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import datasetrt
-from benchmarks.common import Measurement, PayloadSource, machine_facts, repeat, save_json, timed
+from benchmarks.common import Measurement, machine_facts, repeat, save_json, timed
 from benchmarks.foundation import write_once
 
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.common import record_rep
 
 BATCH = 256
 
@@ -48,23 +49,6 @@ class Digest:
 def new_result() -> dict:
     return {"rates": [], "mib": [], "p95_batch_ms": [], "first_sample_s": None, "digest": None,
             "multiset": None, "count": 0, "note": "", "error": None}
-
-
-def p95_ms(t0: float, stamps: list[float]) -> float | None:
-    gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
-    if not gaps:
-        return None
-    return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
-
-
-def record_rep(result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]) -> None:
-    """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
-    if rep > 0 or repeats == 1:
-        result["rates"].append(n / dt)
-        result["mib"].append(nbytes / 2**20 / dt)
-        p = p95_ms(t0, stamps)
-        if p is not None:
-            result["p95_batch_ms"].append(p)
 
 
 def load_flat(flat: str) -> tuple[Path, np.ndarray]:

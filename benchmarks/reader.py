@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Measurement, PayloadSource, machine_facts, ratio_table, save_json
+from benchmarks.common import Measurement, PayloadSource, datasetrt_pass, machine_facts, ratio_table, record_rep, save_json
 
 BATCH = 256
 PREFETCH = 1024
@@ -76,37 +76,12 @@ def run_child(spec: dict) -> dict:
             ds = runtime.cached_dataset(paths, reader_config=cfg)
         digest = hashlib.sha256()
         for rep in range(repeats):
-            n = 0
-            nbytes = 0
-            stamps = []
-            t0 = time.perf_counter()
-            if contender == "datasetrt batches":
-                for batch in ds.iter_batches(BATCH, with_metadata=True):
-                    if n == 0 and rep == 0:
-                        result["first_sample_s"] = time.perf_counter() - start
-                    n += len(batch)
-                    nbytes += len(batch.data)
-                    stamps.append(time.perf_counter())
-                    if rep == 0:
-                        for i in range(len(batch)):
-                            _digest_update(digest, bytes(batch.payload(i)), int(batch.cache_id[i]), int(batch.sample_id[i]))
-            else:
-                for sample in ds:
-                    if n == 0 and rep == 0:
-                        result["first_sample_s"] = time.perf_counter() - start
-                    n += 1
-                    nbytes += len(sample.data)
-                    if n % BATCH == 0:
-                        stamps.append(time.perf_counter())
-                    if rep == 0:
-                        _digest_update(digest, sample.data, sample.cache_id, sample.sample_id)
+            on_sample = (lambda data, cid, sid: _digest_update(digest, data, cid, sid)) if rep == 0 else None
+            n, nbytes, t0, stamps, first_at = datasetrt_pass(ds, contender == "datasetrt batches", BATCH, on_sample)
             dt = time.perf_counter() - t0
-            if rep > 0 or repeats == 1:  # repeat 0 also computes the digest: not timed
-                result["rates"].append(n / dt)
-                result["mib"].append(nbytes / 2**20 / dt)
-                gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
-                if gaps:
-                    result["p95_batch_ms"].append(1e3 * statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else 1e3 * gaps[0])
+            if rep == 0 and first_at is not None:
+                result["first_sample_s"] = first_at - start
+            record_rep(result, rep, repeats, n, nbytes, dt, t0, stamps)
         result["digest"] = digest.hexdigest()
         if runtime is not None and hasattr(runtime, "close"):
             runtime.close()

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import Measurement, machine_facts, save_json
-from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, new_result, record_rep
+from benchmarks.common import Measurement, datasetrt_pass, machine_facts, record_rep, save_json
+from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, new_result
 from benchmarks.reader import PREFETCH, SEED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,30 +139,11 @@ def run_rt(spec: dict) -> dict:
     repeats = spec["repeats"]
     for rep in range(repeats):
         d = Digest() if rep == 0 else None
-        n = nbytes = 0
-        stamps = []
-        t0 = time.perf_counter()
-        if contender == "datasetrt batches":
-            for batch in ds.iter_batches(BATCH, with_metadata=True):
-                if rep == 0 and n == 0:
-                    result["first_sample_s"] = time.perf_counter() - start
-                n += len(batch)
-                nbytes += len(batch.data)
-                stamps.append(time.perf_counter())
-                if d is not None:
-                    for i in range(len(batch)):
-                        d.add(batch.payload(i))
-        else:
-            for sample in ds:
-                if rep == 0 and n == 0:
-                    result["first_sample_s"] = time.perf_counter() - start
-                n += 1
-                nbytes += len(sample.data)
-                if n % BATCH == 0:
-                    stamps.append(time.perf_counter())
-                if d is not None:
-                    d.add(sample.data)
+        on_sample = (lambda data, _cid, _sid: d.add(data)) if d is not None else None
+        n, nbytes, t0, stamps, first_at = datasetrt_pass(ds, contender == "datasetrt batches", BATCH, on_sample)
         dt = time.perf_counter() - t0
+        if rep == 0 and first_at is not None:
+            result["first_sample_s"] = first_at - start
         if d is not None:
             result.update(d.result())
         record_rep(result, rep, repeats, n, nbytes, dt, t0, stamps)
