@@ -60,6 +60,10 @@ from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
 from datasetrt.table.metadata import physical_table, validate_update
 
+# Payloads at least this large on average are copied out one at a time as the consumer advances, not a whole
+# chunk at once: a chunk's worth of large bytes objects freed one by one lets glibc trim the heap,
+# and the next chunk pays a page fault per 4 KiB again (measured: 150 KiB records 1.5x faster).
+LAZY_PAYLOAD_BYTES = 32 * 1024
 READ_BLOCK_ROWS = 256
 DECODED_ESTIMATE_CAP = 16 << 20  # ring planning only; larger records split tasks or read in-process
 
@@ -179,8 +183,15 @@ class CachedDataset:
             metas = self._chunk_metadata(chunk)
             if validate:
                 self._compare_embedded(metas, chunk.cache_pos, chunk.sample_id)
-            datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
-            yield from map(CachedSample, datas, metas, cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist())
+            ids, sids = cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist()
+            if chunk.rows and int(chunk.data_len[: chunk.rows].sum()) >= LAZY_PAYLOAD_BYTES * chunk.rows:
+                # Large payloads: one bytes object alive at a time (see LAZY_PAYLOAD_BYTES).
+                with memoryview(chunk.data) as view:  # released even if the consumer abandons us
+                    for off, length, meta, cid, sid in zip(chunk.data_off.tolist(), chunk.data_len.tolist(), metas, ids, sids):
+                        yield CachedSample(view[off:off + length].tobytes(), meta, cid, sid)
+            else:
+                datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
+                yield from map(CachedSample, datas, metas, ids, sids)
 
     def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
         """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es

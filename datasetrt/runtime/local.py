@@ -194,14 +194,24 @@ class LocalReader:
 
     def _grow(self, need: int) -> None:
         """Make the gather buffer hold one record of `need` bytes (a record larger than the buffer)."""
-        try:
-            self._out = np.empty(max(need, 2 * len(self._out)), dtype=np.uint8)
-        except MemoryError:
-            raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
+        self._out = _grown(self._out, need)
+
+
+def _grown(out: np.ndarray, need: int) -> np.ndarray:
+    """A gather buffer that holds one record of `need` bytes (at least twice `out`)."""
+    try:
+        return np.empty(max(need, 2 * len(out)), dtype=np.uint8)
+    except MemoryError:
+        raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
 
 
 def local_chunks(reader: LocalReader, window, block_rows: int) -> Iterator[Chunk]:
-    """Chunks of `window` read in this process, in window order (the runtime=None path)."""
+    """Chunks of `window` read in this process, in window order (the runtime=None path).
+
+    The gather buffer belongs to this generator (not to the shared reader), so a chunk stays
+    valid until this generator is advanced, however many other iterators read meanwhile.
+    """
+    out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
     for first in range(0, window.length, block_rows):
         count = min(block_rows, window.length - first)
         rows = window.rows(first, count)
@@ -211,12 +221,12 @@ def local_chunks(reader: LocalReader, window, block_rows: int) -> Iterator[Chunk
         arrays = np.empty((4, count), dtype=np.int64)
         pos = 0
         while pos < count:
-            done, _used, need = reader.gather_into(cache_pos[pos:], sample_id[pos:], reader._out,
+            done, _used, need = reader.gather_into(cache_pos[pos:], sample_id[pos:], out,
                                                    arrays[0, pos:], arrays[1, pos:], arrays[2, pos:], arrays[3, pos:])
             if done == 0:
-                reader._grow(need)
+                out = _grown(out, need)
                 continue
             end = pos + done
-            yield Chunk(first + pos, done, reader._out, arrays[0, pos:end], arrays[1, pos:end], arrays[2, pos:end],
+            yield Chunk(first + pos, done, out, arrays[0, pos:end], arrays[1, pos:end], arrays[2, pos:end],
                         arrays[3, pos:end], cache_pos[pos:end], sample_id[pos:end], rows[pos:end])
             pos = end
