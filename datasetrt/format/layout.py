@@ -5,7 +5,6 @@ Boundary: pure constants and functions; no I/O.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 FORMAT_VERSION = 3
@@ -43,4 +42,6 @@ def shard_name(shard_id: int) -> str:
 
 def cache_id_for(source_name: str) -> int:
     """Persistent v3 cache identity: first 8 bytes of sha256(name), big-endian, masked to 63 bits."""
+    import hashlib  # lazily: libcrypto is 1.4 MiB per reader worker, which never derives ids
+
     return int.from_bytes(hashlib.sha256(source_name.encode()).digest()[:8], "big") & U63_MAX

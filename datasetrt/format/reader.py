@@ -1,6 +1,7 @@
 """Opening caches: manifest + shape checks at open, lazy index/sidecar maps, metadata, deep checks.
 
-Boundary: files of one cache directory -> `CacheHandle`. No tables beyond the raw pyarrow batch
+Boundary: files of one cache directory -> `CacheHandle`. Imports numpy, hashlib and pyarrow only
+inside the functions that need them (reader workers open caches without them). No tables beyond the raw pyarrow batch
 of metadata.arrow, no sampling, no processes.
 
 Open cost (default): one manifest read + parse and a handful of stat() calls; no payload, index
@@ -10,12 +11,9 @@ metadata.arrow against the manifest schema, and a vectorised check of every inde
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from datasetrt._native.gather import MappedFile
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
@@ -27,6 +25,9 @@ from datasetrt.format.layout import (
     SHARDS_DIR,
 )
 from datasetrt.format.manifest import Manifest, read_manifest_stat
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
 HASH_CHUNK_BYTES = 8 << 20
@@ -126,6 +127,8 @@ class CacheHandle:
 
     def index_array(self) -> np.ndarray:
         """The index as a read-only (sample_count, 3) uint64 view of the mapping (zero copy)."""
+        import numpy as np  # lazily: reader workers open caches without numpy
+
         return np.frombuffer(self.index_map(), dtype="<u8").reshape(-1, 3)
 
     def shard_paths(self) -> list[Path]:
@@ -145,6 +148,8 @@ class CacheHandle:
         is CacheFormatError "invalid metadata Arrow footer"; a leading magic without the trailing one
         (a truncated file) is ArrowFormatError "Arrow error: Parser error: ...".
         """
+        import hashlib
+
         import pyarrow as pa  # lazily: reader worker processes never decode metadata.arrow
         import pyarrow.ipc as ipc
 
@@ -202,6 +207,8 @@ class CacheHandle:
 
     def validate_deep(self) -> None:
         """validate_cache=True: every sha256, metadata decode and schema, every index entry in range."""
+        import numpy as np
+
         m = self.manifest
         _check_sha256(self.path / METADATA_NAME, m.metadata_sha256)
         _check_sha256(self.path / INDEX_NAME, m.index_sha256)
@@ -228,6 +235,8 @@ class CacheHandle:
 
 
 def _check_sha256(path: Path, expected: str) -> None:
+    import hashlib
+
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:

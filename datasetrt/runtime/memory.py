@@ -5,9 +5,10 @@ Boundary: psutil / cgroup files and arithmetic; no processes are started here.
     bound = ring_slots x slot_bytes            shared-memory ring of one iterator run
           + slot_bytes                         the chunk being turned into Python objects
           + num_workers x slot_bytes           per-worker decode scratch (largest stored record)
-          + snapshot_bytes                     population snapshot (16 B/row + 8 B/row weights)
 
-The reorder window holds ring slots, never copies, so it is inside the first term. A
+The reorder window holds ring slots, never copies, so it is inside the first term. The plan needs
+no term of its own: the parent writes each task's planned rows into its slot's header (part of
+slot_bytes), and the population it plans from is the dataset's own table, not a per-run copy. A
 configuration whose bound exceeds the limit is refused before any process or segment exists
 (docs/memory-guide.md).
 """
@@ -18,7 +19,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 
 from datasetrt.errors import ResourceLimitError
 
@@ -79,6 +79,8 @@ def cgroup_limit_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path
 
 def available_memory_bytes() -> int:
     """Memory available to this process: min(physical memory, cgroup limit)."""
+    import psutil  # lazily: reader workers import this module only for SHM_DIR
+
     physical = psutil.virtual_memory().total
     limit = cgroup_limit_bytes()
     return min(physical, limit) if limit is not None else physical
@@ -96,7 +98,6 @@ class MemoryBound:
     ring_slots: int
     slot_bytes: int
     num_workers: int
-    snapshot_bytes: int
 
     @property
     def ring_bytes(self) -> int:
@@ -104,7 +105,7 @@ class MemoryBound:
 
     @property
     def total(self) -> int:
-        return self.ring_bytes + self.slot_bytes + self.num_workers * self.slot_bytes + self.snapshot_bytes
+        return self.ring_bytes + self.slot_bytes + self.num_workers * self.slot_bytes
 
     def describe(self) -> str:
         mib = 2**20
@@ -112,7 +113,6 @@ class MemoryBound:
             f"ring {self.ring_slots} slots x {self.slot_bytes / mib:.1f} MiB = {self.ring_bytes / mib:.1f} MiB"
             f" + consumer chunk {self.slot_bytes / mib:.1f} MiB"
             f" + decode scratch {self.num_workers} workers x {self.slot_bytes / mib:.1f} MiB"
-            f" + snapshot {self.snapshot_bytes / mib:.1f} MiB"
             f" = {self.total / mib:.1f} MiB"
         )
 
@@ -126,7 +126,7 @@ class MemoryBound:
 
 
 def check_shm_capacity(needed_bytes: int, shm_dir: Path = SHM_DIR) -> None:
-    """Refuse to start when /dev/shm cannot hold the run's ring and snapshot."""
+    """Refuse to start when /dev/shm cannot hold the run's ring."""
     try:
         st = os.statvfs(shm_dir)
     except OSError as exc:
@@ -135,6 +135,6 @@ def check_shm_capacity(needed_bytes: int, shm_dir: Path = SHM_DIR) -> None:
     if needed_bytes > free:
         raise ResourceLimitError(
             f"{shm_dir} has {free / 2**20:.1f} MiB free but the reader needs {needed_bytes / 2**20:.1f} MiB "
-            "for its ring and snapshot; enlarge it (e.g. `mount -o remount,size=2G /dev/shm`, or docker "
+            "for its ring; enlarge it (e.g. `mount -o remount,size=2G /dev/shm`, or docker "
             "--shm-size) or lower prefetch_size / num_workers"
         )

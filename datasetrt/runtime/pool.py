@@ -11,6 +11,8 @@ leaves no process behind (Shutdown, join with a timeout, then terminate/kill).
 
 from __future__ import annotations
 
+import gc
+import io
 import itertools
 import os
 import pickle
@@ -20,7 +22,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import multiprocess as mp
+from multiprocess import popen_spawn_posix, spawn, util
 from multiprocess.connection import wait
+from multiprocess.context import SpawnProcess, reduction, set_spawning_popen
 
 from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerError, WorkerTimeoutError
 from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerReady
@@ -64,12 +68,18 @@ class WorkerPool:
         """Start the workers and wait for each WorkerReady (bounded by startup_timeout_s)."""
         sweep_stale_runs()
         ctx = mp.get_context(self.start_method)
+        process_class = _ReaderSpawnProcess if self.start_method == "spawn" else ctx.Process
+        if self.start_method == "fork":
+            # Forked children inherit every object in the permanent generation, which their
+            # garbage collections never traverse, so they do not copy-on-write the parent's
+            # pages; the parent unfreezes right after the forks (no lasting effect on it).
+            gc.freeze()
         try:
             for index in range(self.num_workers):
                 task_r, task_w = ctx.Pipe(duplex=False)
                 res_r, res_w = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=worker_main, args=(index, task_r, res_w, os.getpid()),
-                                   name=f"datasetrt-reader-{index}", daemon=True)
+                proc = process_class(target=worker_main, args=(index, task_r, res_w, os.getpid()),
+                                     name=f"datasetrt-reader-{index}", daemon=True)
                 with _main_module_hidden():
                     proc.start()
                 task_r.close()
@@ -78,11 +88,14 @@ class WorkerPool:
                 self.task_conns.append(task_w)
                 self.result_conns.append(res_r)
                 self.ready.append(None)
+            if self.start_method == "fork":
+                gc.unfreeze()
             self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
                                                self.run_dirs)
             while any(r is None for r in self.ready):
                 self.poll(self.startup_timeout_s, what="worker start-up")
         except BaseException:
+            gc.unfreeze()
             self.close()
             raise
 
@@ -156,6 +169,50 @@ class WorkerPool:
         self.close()
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}")
+
+
+class _LeanSpawnPopen(popen_spawn_posix.Popen):
+    """`multiprocess`'s spawn launch without its resource tracker.
+
+    The stock launch first starts a resource-tracker process (a third interpreter, ~10 MiB of
+    PSS) so children can register named semaphores and shared-memory blocks for cleanup. Reader
+    workers register none: the parent owns the run files in /dev/shm and removes them itself. The
+    body is `popen_spawn_posix.Popen._launch` with the tracker fd left out (`tracker_fd=None`;
+    a child that did register something would start its own tracker lazily).
+    """
+
+    def _launch(self, process_obj) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        fp = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, fp)
+            reduction.dump(process_obj, fp)
+        finally:
+            set_spawning_popen(None)
+        parent_r = child_w = child_r = parent_w = None
+        try:
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
+            cmd = spawn.get_command_line(tracker_fd=None, pipe_handle=child_r)
+            self._fds.extend([child_r, child_w])
+            self.pid = util.spawnv_passfds(spawn.get_executable(), cmd, self._fds)
+            self.sentinel = parent_r
+            with open(parent_w, "wb", closefd=False) as f:
+                f.write(fp.getbuffer())
+        finally:
+            self.finalizer = util.Finalize(self, util.close_fds, [fd for fd in (parent_r, parent_w) if fd is not None])
+            for fd in (child_r, child_w):
+                if fd is not None:
+                    os.close(fd)
+
+
+class _ReaderSpawnProcess(SpawnProcess):
+    """A spawn-method process started with `_LeanSpawnPopen`."""
+
+    @staticmethod
+    def _Popen(process_obj):
+        return _LeanSpawnPopen(process_obj)
 
 
 @contextmanager

@@ -6,10 +6,12 @@ NOTE (worker protocol). One duplex-free pipe pair per worker: tasks parent -> wo
 worker -> parent. The parent waits on every result pipe and every worker's process sentinel at
 once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
   parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask
-                     ReadTask     window positions [first, first+count) into ring slot `slot`
+                     ReadTask     the `count` planned rows the parent wrote into slot `slot`'s
+                                  header (window positions [first, first+count)): gather them
+                                  into that slot
                      CloseRun     after the run ends; the worker unmaps the run's files
                      Shutdown     the worker exits 0
-  worker -> parent   WorkerReady  after start-up (pid, whether Polars/Torch were imported)
+  worker -> parent   WorkerReady  after start-up (pid, which heavy modules it has imported)
                      TaskDone     `rows` rows of the task are in the slot (rows < count: the
                                   slot filled; the parent submits the rest as a new task;
                                   rows == 0 and need_bytes > 0: the next record alone exceeds a
@@ -17,8 +19,11 @@ once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
                      TaskFailed   an exception: its qualified type, message and traceback text
 Slot layout (ring file offset slot * slot_bytes): seven int64 arrays of rows_per_slot entries —
 json_off, json_len, data_off, data_len, cache_pos, sample_id, row (population row) — then the
-data region; offsets are relative to the data region. A slot is written only by the worker it was assigned to and
-read only after its TaskDone; the parent reassigns it only after the consumer released it.
+data region; offsets are relative to the data region. The parent writes the plan (cache_pos,
+sample_id, row) before it sends the ReadTask; the worker reads those and writes the four
+offset/length arrays and the data region. A slot is touched by one worker between ReadTask and
+TaskDone and read by the parent only after TaskDone; the parent reassigns it only after the
+consumer released it.
 Results of a run the parent already closed are discarded.
 """
 
@@ -27,6 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SLOT_ARRAYS = 7  # json_off, json_len, data_off, data_len, cache_pos, sample_id, row
+PLAN_ARRAYS = (4, 5, 6)  # the parent writes these (cache_pos, sample_id, row); the worker the rest
+# A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
+# process); a forked one inherits whatever the parent had.
+HEAVY_MODULES = ("numpy", "polars", "pyarrow", "torch", "pandas")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,13 +47,6 @@ class OpenRun:
     ring_path: str
     slot_bytes: int
     rows_per_slot: int
-    shuffle: bool
-    seed: int
-    window_start: int
-    window_length: int
-    snapshot_path: str | None  # None: the physical population (catalog counts below)
-    counts: tuple[int, ...]
-    scale: float
     identities: tuple[tuple[int, ...], ...] = ()  # CacheHandle.identity per cache, as the parent opened it
 
 
@@ -71,8 +73,7 @@ class Shutdown:
 class WorkerReady:
     worker: int
     pid: int
-    imported_polars: bool
-    imported_torch: bool
+    heavy_modules: tuple[str, ...]  # which of HEAVY_MODULES are in the worker's sys.modules
 
 
 @dataclass(frozen=True, slots=True)

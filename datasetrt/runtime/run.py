@@ -1,4 +1,4 @@
-"""One parallel read: snapshot + ring in a /dev/shm run dir, tasks to workers, reorder to plan order.
+"""One parallel read: a ring in a /dev/shm run dir, planned tasks to workers, reorder to plan order.
 
 Boundary: numpy arrays and the worker pool; no Polars, no Torch, no record types (the consumer
 turns chunks into samples or batches).
@@ -26,7 +26,6 @@ from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import SLOT_ARRAYS, CloseRun, OpenRun, ReadTask, TaskDone, TaskFailed, slot_header_bytes
 from datasetrt.runtime.shm import create_shared_file, new_run_dir, remove_run_dir
-from datasetrt.runtime.snapshot import snapshot_bytes, write_snapshot
 from datasetrt.sampling.planner import Window
 
 MIN_SLOT_BYTES = 1 << 20
@@ -79,11 +78,9 @@ class ParallelRun:
         self.timeout_s = timeout_s
         self.fallback = fallback
         self.shape = RunShape.plan(prefetch_size, num_workers, max_record_bytes, rows_hint)
-        population = window.population
-        rows = len(population) if population.weighted else 0
-        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, num_workers, snapshot_bytes(rows))
+        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, num_workers)
         bound.check(memory_limit_bytes)
-        check_shm_capacity(bound.ring_bytes + snapshot_bytes(rows))
+        check_shm_capacity(bound.ring_bytes)
         self.pool = pool = get_pool()
         self.run_id = pool.new_run_id()
         self.run_dir = new_run_dir()
@@ -98,18 +95,10 @@ class ParallelRun:
         self._task_counts: dict[int, int] = {}
         try:
             self.ring = create_shared_file(self.run_dir / "ring", self.shape.slots * self.shape.slot_bytes)
-            snapshot_path = None
-            scale = 0.0
-            if population.weighted:
-                cum, scale = population.cumulative()
-                active = population.active
-                snapshot_path = str(write_snapshot(self.run_dir, active.cache_pos, active.sample_id, cum))
             self.spec = OpenRun(
                 run_id=self.run_id, dataset_key=dataset_key, cache_dirs=tuple(cache_dirs),
                 verify_records=verify_records, ring_path=str(self.run_dir / "ring"),
                 slot_bytes=self.shape.slot_bytes, rows_per_slot=self.shape.rows_per_task,
-                shuffle=window.shuffle, seed=window.seed, window_start=window.start,
-                window_length=window.length, snapshot_path=snapshot_path, counts=tuple(counts), scale=scale,
                 identities=tuple(identities),
             )
             pool.handlers[self.run_id] = self._on_message
@@ -142,10 +131,23 @@ class ParallelRun:
             if worker not in self._opened:
                 self.pool.send(worker, self.spec)
                 self._opened.add(worker)
+            slot = self._free.popleft()
+            self._write_plan(slot, first, count)
             self._task_ids += 1
             self._task_counts[self._task_ids] = count
             self.pool.inflight[worker] += 1
-            self.pool.send(worker, ReadTask(self.run_id, self._task_ids, first, count, self._free.popleft()))
+            self.pool.send(worker, ReadTask(self.run_id, self._task_ids, first, count, slot))
+
+    def _write_plan(self, slot: int, first: int, count: int) -> None:
+        """Publish window positions [first, first+count) into the slot header: the population
+        rows and their (cache position, sample id), which the worker gathers."""
+        rows = self.window.rows(first, count)
+        cache_pos, sample_id = self.window.population.resolve(rows)
+        r = self.shape.rows_per_task
+        header = np.ndarray((SLOT_ARRAYS, r), dtype=np.int64, buffer=self.ring, offset=slot * self.shape.slot_bytes)
+        header[4, :count] = cache_pos
+        header[5, :count] = np.asarray(sample_id, dtype=np.uint64).view(np.int64)
+        header[6, :count] = rows
 
     def _raise_failure(self, msg: TaskFailed) -> None:
         module, _, name = msg.error_type.rpartition(".")

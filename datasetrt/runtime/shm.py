@@ -19,7 +19,6 @@ import secrets
 import shutil
 from pathlib import Path
 
-import psutil
 
 from datasetrt.runtime.memory import SHM_DIR
 
@@ -40,6 +39,8 @@ def remove_run_dir(path: Path) -> None:
 
 def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
     """Remove run directories whose creating process no longer exists; returns what was removed."""
+    import psutil  # lazily: only the parent sweeps; workers import what they use
+
     removed = []
     try:
         entries = list(shm_dir.iterdir())

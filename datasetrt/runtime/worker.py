@@ -1,11 +1,14 @@
-"""Reader worker process: maps a run's snapshot, ring and cache indexes; gathers into ring slots.
+"""Reader worker process: maps a run's ring and the cache indexes; gathers planned rows into ring slots.
 
-Boundary: imports numpy, pyarrow, the native kernels, the format reader and the planner; never
-Polars or Torch (the parent checks `WorkerReady.imported_polars`). Messages: runtime/protocol.py.
+Boundary: imports the native kernels, the format reader, the gatherer and the protocol — no
+numpy, pyarrow, Polars or Torch (`WorkerReady.heavy_modules` reports what a worker has; a
+spawned one has none of them). The parent plans: each task's rows (cache position, sample id)
+arrive in the slot header, so a worker needs no planner, table or snapshot.
 
 The worker ignores SIGINT (the parent owns interrupt handling and cleanup), exits when the parent
-process dies (a pidfd watched by a daemon thread), and also exits when its task pipe reaches EOF. Exceptions while serving a task are reported as TaskFailed with the traceback text; the
-worker keeps serving.
+process dies (a pidfd watched by a daemon thread), and also exits when its task pipe reaches EOF.
+Exceptions while serving a task are reported as TaskFailed with the traceback text; the worker
+keeps serving.
 """
 
 from __future__ import annotations
@@ -20,13 +23,11 @@ import traceback
 from collections import OrderedDict
 from pathlib import Path
 
-import numpy as np
-
 from datasetrt.errors import CacheFormatError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.runtime.local import LocalReader
+from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.protocol import (
-    SLOT_ARRAYS,
+    HEAVY_MODULES,
     CloseRun,
     OpenRun,
     ReadTask,
@@ -37,8 +38,6 @@ from datasetrt.runtime.protocol import (
     slot_header_bytes,
 )
 from datasetrt.runtime.shm import attach_shared_file
-from datasetrt.sampling.planner import ActiveRows, Population, Window
-from datasetrt.table.catalog import CacheCatalog
 
 MAX_CACHED_READERS = 4
 
@@ -67,55 +66,40 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 class _Run:
-    """A run as one worker sees it: population, window, ring mapping, and the cache reader."""
+    """A run as one worker sees it: its ring mapping and the cache gatherer."""
 
-    def __init__(self, spec: OpenRun, reader: LocalReader) -> None:
+    def __init__(self, spec: OpenRun, reader: Gatherer) -> None:
         self.spec = spec
         self.reader = reader
-        self._snapshot_map = None
-        catalog = CacheCatalog(list(range(len(spec.counts))), list(spec.counts), list(spec.cache_dirs))
-        if spec.snapshot_path is None:
-            population = Population(catalog)
-        else:
-            from datasetrt.runtime.snapshot import read_snapshot  # pyarrow only for weighted runs
-
-            cache_pos, sample_id, cum, self._snapshot_map = read_snapshot(spec.snapshot_path)
-            population = Population(catalog, ActiveRows(cache_pos, sample_id, None), cum=cum, scale=spec.scale)
-        self.window = Window(population, spec.shuffle, spec.seed, spec.window_start, spec.window_length)
         self.ring = attach_shared_file(Path(spec.ring_path), writable=True)
+        self.view = memoryview(self.ring)
+        self.rows_per_slot = spec.rows_per_slot
         self.header_bytes = slot_header_bytes(spec.rows_per_slot)
 
     def execute(self, task: ReadTask) -> tuple[int, int]:
-        """Gather window positions [first, first+count) into the task's slot: (rows, need_bytes)."""
-        spec = self.spec
-        rows_planned = self.window.rows(task.first, task.count)
-        cache_pos, sample_id = self.window.population.resolve(rows_planned)
-        base = task.slot * spec.slot_bytes
-        header = np.ndarray((SLOT_ARRAYS, spec.rows_per_slot), dtype=np.int64, buffer=self.ring, offset=base)
-        data = np.ndarray(spec.slot_bytes - self.header_bytes, dtype=np.uint8, buffer=self.ring,
-                          offset=base + self.header_bytes)
-        n = task.count
-        cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
-        sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
+        """Gather the task's planned rows (from its slot header) into its slot: (rows, need_bytes)."""
+        base = task.slot * self.spec.slot_bytes
+        header = self.view[base: base + self.header_bytes]
+        signed = header.cast("q")
+        r, n = self.rows_per_slot, task.count
         rows, _used, need = self.reader.gather_into(
-            cache_pos, sample_id, data, header[0, :n], header[1, :n], header[2, :n], header[3, :n]
+            signed[4 * r: 4 * r + n], header.cast("Q")[5 * r: 5 * r + n],
+            self.view[base + self.header_bytes: base + self.spec.slot_bytes],
+            signed[0: n], signed[r: r + n], signed[2 * r: 2 * r + n], signed[3 * r: 3 * r + n],
         )
-        header[4, :rows] = cache_pos[:rows]
-        header[5, :rows] = sample_id[:rows].view(np.int64)
-        header[6, :rows] = rows_planned[:rows]
         return rows, need
 
     def close(self) -> None:
+        self.view.release()
         self.ring.close()
-        self._snapshot_map = None
 
 
 def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
     """Entry point of worker `index` (importable for the spawn start method)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)
-    _send(result_conn, WorkerReady(index, os.getpid(), "polars" in sys.modules, "torch" in sys.modules))
-    readers: OrderedDict[str, LocalReader] = OrderedDict()
+    _send(result_conn, WorkerReady(index, os.getpid(), tuple(m for m in HEAVY_MODULES if m in sys.modules)))
+    readers: OrderedDict[str, Gatherer] = OrderedDict()
     runs: dict[int, _Run] = {}
     while True:
         try:
@@ -136,7 +120,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     for handle, expected in zip(handles, msg.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
-                    reader = LocalReader(handles, verify_records=msg.verify_records)
+                    reader = Gatherer(handles, verify_records=msg.verify_records)
                 readers[msg.dataset_key] = reader
                 runs[msg.run_id] = _Run(msg, reader)
                 _evict_idle(readers, runs)

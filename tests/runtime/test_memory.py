@@ -19,11 +19,10 @@ from datasetrt.errors import ResourceLimitError
 from datasetrt.runtime import memory
 from datasetrt.runtime.memory import MemoryBound, check_shm_capacity, default_memory_limit_bytes
 from datasetrt.runtime.run import RunShape
-from datasetrt.runtime.snapshot import snapshot_bytes
 from tests.conftest import sample_items
 from tests.runtime.conftest import SHM, active_run, child_pids, shm_entries, take, write_cache
 
-TERMS = ("ring", "snapshot", "decode scratch")
+TERMS = ("ring", "consumer chunk", "decode scratch")
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +83,14 @@ def test_too_small_limit_with_running_workers_creates_nothing(fork_rt, cache, is
 @pytest.mark.parametrize("is_weighted", [False, True], ids=["physical", "weighted"])
 @pytest.mark.parametrize("prefetch", [1, 64, 4096])
 def test_limit_is_checked_against_the_written_bound(fork_rt, cache, prefetch, is_weighted):
-    """Exactly the bound passes; one byte less is refused (ring + chunk + scratch + snapshot)."""
+    """Exactly the bound passes; one byte less is refused (ring + chunk + scratch): the weighted
+    path's plan travels in the slot headers, so it adds no term."""
     probe = dataset(cache, None)
     if is_weighted:
         weighted(probe)
-    rows = len(probe) if is_weighted else 0
     shape = RunShape.plan(prefetch, 2, probe._max_record_bytes())
-    bound = MemoryBound(shape.slots, shape.slot_bytes, 2, snapshot_bytes(rows))
-    assert bound.total == (shape.slots + 1 + 2) * shape.slot_bytes + snapshot_bytes(rows)
+    bound = MemoryBound(shape.slots, shape.slot_bytes, 2)
+    assert bound.total == (shape.slots + 1 + 2) * shape.slot_bytes
     for limit, ok in ((bound.total, True), (bound.total - 1, False)):
         ds = dataset(cache, fork_rt, prefetch_size=prefetch, memory_limit_bytes=limit)
         if is_weighted:
