@@ -17,10 +17,9 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
 from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 from datasetrt.errors import (
@@ -36,7 +35,6 @@ from datasetrt.errors import (
 from datasetrt.format.durable import fsync_path
 from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
 from datasetrt.format.reader import CacheHandle
-from datasetrt.format.writer import write_profile, write_sources
 from datasetrt.records import (
     AbsentManifestTarget,
     CachedSample,
@@ -58,7 +56,11 @@ from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.run import ParallelRun
 from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
-from datasetrt.table.metadata import physical_table, validate_update
+
+if TYPE_CHECKING:
+    # Polars and pyarrow (~65 MiB together) load only when metadata is touched or a cache is
+    # written: table.metadata and format.writer are imported inside the methods that use them.
+    import polars as pl
 
 # Payloads at least this large on average are copied out one at a time as the consumer advances, not a whole
 # chunk at once: a chunk's worth of large bytes objects freed one by one lets glibc trim the heap,
@@ -351,6 +353,8 @@ class CachedDataset:
         if self._active_frame is not None:
             return self._active_frame
         if self._physical_frame is None:
+            from datasetrt.table.metadata import physical_table  # lazily: imports Polars and pyarrow
+
             self._physical_frame = physical_table(self._catalog, self._schema, lambda k: self._handles[k].read_metadata())
         return self._physical_frame
 
@@ -361,6 +365,10 @@ class CachedDataset:
 
         On any error the previous table stays active. Started iterators keep their snapshot.
         """
+        import polars as pl  # lazily, with table.metadata: a plain read never imports Polars
+
+        from datasetrt.table.metadata import validate_update
+
         if not isinstance(df, pl.DataFrame):
             raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
         active: ActiveRows = validate_update(df, self._catalog, self._schema)
@@ -669,6 +677,8 @@ class DatasetRuntime:
 
     def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
                reader_config: ReaderConfig | None) -> list:
+        from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
+
         if not isinstance(writer_config, WriterConfig):
             raise ArgumentTypeError(f"writer_config must be a WriterConfig, got {type(writer_config).__name__}")
         comp = writer_config.shard_compression

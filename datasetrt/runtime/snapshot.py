@@ -1,6 +1,8 @@
 """Immutable population snapshot of one reader run, as an Arrow IPC file in the run directory.
 
-Boundary: numpy <-> Arrow IPC file; no Polars (workers import this module).
+Boundary: numpy <-> Arrow IPC file; no Polars (workers import this module). pyarrow is imported
+inside the functions: runtime.run imports this module for every parallel read, but only weighted
+populations write a snapshot, so an unweighted read never loads pyarrow.
 
 Columns (one row per active row): cache_pos int64, sample_id uint64, cum float64 (the weighted
 sampler's running sums: entries 0..n-2 are used, entry n-1 is padding). Workers open it with a
@@ -10,16 +12,21 @@ read-only memory map, zero copy, so every worker shares the parent's page-cache 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SNAPSHOT_NAME = "population.arrow"
 
 
 def write_snapshot(run_dir: Path, cache_pos: np.ndarray, sample_id: np.ndarray, cum: np.ndarray) -> Path:
     """Write the snapshot; `cum` has len(cache_pos) - 1 entries."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
     padded = np.zeros(len(cache_pos), dtype=np.float64)
     padded[: len(cum)] = cum
     table = pa.table(
@@ -44,6 +51,9 @@ def read_snapshot(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     """(cache_pos, sample_id, cum[:n-1], mapping) as zero-copy views of the mapped file.
 
     The caller keeps `mapping` alive as long as it uses the arrays."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
     source = pa.memory_map(str(path), "r")
     table = ipc.open_file(source).read_all()
     cols = [table.column(name).combine_chunks() if table.column(name).num_chunks != 1 else table.column(name).chunk(0)
