@@ -64,6 +64,54 @@ class PayloadSource:
             yield self.make_input(payload[: self.payload_bytes], {"benchmark_position": i, "wide": f"w{i % 97:04d}"})
 
 
+def write_cache(lib, runtime, base: Path, source, algo: str) -> Path:
+    """`runtime.write_cache([source], base)` with `algo` shard compression and no progress bar;
+    `lib` is datasetrt or dataset_rt (same API shape). Returns the written cache's path."""
+    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo))
+    [result] = runtime.write_cache([source], base, writer_config=cfg)
+    assert isinstance(result, lib.CacheWriteSuccess), result
+    return Path(result.path)
+
+
+def write_once(lib, base: Path, count: int, payload_bytes: int, algo: str, name: str = "bench") -> Path:
+    """A one-thread runtime (`num_workers=1`) writing a PayloadSource of `count` x `payload_bytes`."""
+    return write_cache(lib, lib.DatasetRuntime(num_workers=1), base, PayloadSource(name, count, payload_bytes, lib.CacheInput), algo)
+
+
+def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
+    """`how_many` valid caches under `workdir/many` (named c00000, c00001, ...): hard links of one
+    small cache's files (8 records of 64 bytes), each with its own manifest (source_name and v3
+    cache_id rewritten), so ids are distinct and every directory is a real cache."""
+    import datasetrt
+    import datasetrt.format.layout
+
+    seed = write_once(datasetrt, workdir / "seed", 8, 64, "none", name="seed")
+    manifest = json.loads((seed / "manifest.json").read_text())
+    base = workdir / "many"
+    base.mkdir()
+    paths = []
+    for i in range(how_many):
+        name = f"c{i:05d}"
+        d = base / name
+        (d / "shards").mkdir(parents=True)
+        for rel in ("index.bin", "metadata.arrow", "checksums.xxh3", *(f"shards/{s['name']}" for s in manifest["shards"])):
+            os.link(seed / rel, d / rel)
+        doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
+        (d / "manifest.json").write_text(json.dumps(doc, indent=2))
+        paths.append(d)
+    return paths
+
+
+def open_caches(lib, runtime, paths: list[Path]) -> int:
+    """Open one dataset over `paths` (seed 1, no shuffle) and return its length: with a runtime,
+    `runtime.cached_dataset(paths, ...)`; with `runtime=None` (datasetrt only; dataset-rt always
+    needs a runtime), `CachedDataset(paths, ..., runtime=None)`. datasetrt builds the dataset the
+    same way in both cases; its workers start only at the first parallel read."""
+    cfg = lib.ReaderConfig(seed=1)
+    ds = lib.CachedDataset(paths, reader_config=cfg, runtime=None) if runtime is None else runtime.cached_dataset(paths, reader_config=cfg)
+    return len(ds)
+
+
 def machine_facts() -> dict:
     import psutil
 

@@ -24,19 +24,11 @@ from pathlib import Path
 import dataset_rt
 
 import datasetrt
-import datasetrt.format.layout  # make_many_caches derives cache ids
-from benchmarks.common import Measurement, PayloadSource, machine_facts, ratio_table, repeat, save_json, timed
+from benchmarks.common import (Measurement, machine_facts, make_many_caches, open_caches, ratio_table, repeat, save_json,
+                               timed, write_once)
 
 LIBS = {"datasetrt": datasetrt, "dataset-rt 0.4.8": dataset_rt}
 OURS = "datasetrt"
-
-
-def write_once(lib, base: Path, count: int, payload_bytes: int, algo: str, name: str = "bench") -> Path:
-    rt = lib.DatasetRuntime(num_workers=1)
-    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo))
-    [result] = rt.write_cache([PayloadSource(name, count, payload_bytes, lib.CacheInput)], base, writer_config=cfg)
-    assert isinstance(result, lib.CacheWriteSuccess), result
-    return Path(result.path)
 
 
 def bench_write(workdir: Path, count: int, payload_bytes: int, repeats: int) -> list[Measurement]:
@@ -119,33 +111,13 @@ def bench_read(workdir: Path, count: int, payload_bytes: int, repeats: int) -> l
     return out
 
 
-def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
-    """`how_many` valid caches: hard links of one small cache's files, each with its own manifest
-    (source_name and v3 cache_id rewritten), so ids are distinct and every file is a real cache."""
-    seed = write_once(datasetrt, workdir / "seed", 8, 64, "none", name="seed")
-    manifest = json.loads((seed / "manifest.json").read_text())
-    base = workdir / "many"
-    base.mkdir()
-    paths = []
-    for i in range(how_many):
-        name = f"c{i:05d}"
-        d = base / name
-        (d / "shards").mkdir(parents=True)
-        for rel in ("index.bin", "metadata.arrow", "checksums.xxh3", *(f"shards/{s['name']}" for s in manifest["shards"])):
-            os.link(seed / rel, d / rel)
-        doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
-        (d / "manifest.json").write_text(json.dumps(doc, indent=2))
-        paths.append(d)
-    return paths
-
-
 def bench_open(workdir: Path, how_many: int, repeats: int) -> list[Measurement]:
     paths = make_many_caches(workdir, how_many)
     out = []
     for label, lib in LIBS.items():
         rt = lib.DatasetRuntime(num_workers=1)
         m = Measurement(f"open {how_many} caches", label, "s", higher_is_better=False)
-        m.values = repeat(lambda: timed(lambda: rt.cached_dataset(paths, reader_config=lib.ReaderConfig(seed=1))), repeats)
+        m.values = repeat(lambda: timed(lambda: open_caches(lib, rt, paths)), repeats)
         out.append(m)
     return out
 

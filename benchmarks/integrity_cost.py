@@ -13,8 +13,7 @@ import tempfile
 from pathlib import Path
 
 import datasetrt
-from benchmarks.common import Measurement, machine_facts, repeat, save_json, timed
-from benchmarks.foundation import write_once
+from benchmarks.common import Measurement, machine_facts, repeat, save_json, timed, write_once
 
 
 def main() -> None:

@@ -226,6 +226,28 @@ def build_loaderx(store: Path, payloads: list, fixed_size: int | None, dtype: st
                 rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s:s + chunk]]))
 
 
+def loaderx_digest(store: Path, fixed: bool, chunk: int = 256) -> dict:
+    """Digest of a loaderx store's records in stored order (positions 0..N-1), read in chunks."""
+    from loaderx.zrecord import Dense, Ragged
+
+    d = Digest()
+    st = (Dense if fixed else Ragged).open(store)
+    try:
+        n = len(st)
+        for s in range(0, n, chunk):
+            value = st[np.arange(s, min(n, s + chunk))]
+            if fixed:
+                for row in np.from_dlpack(value):
+                    d.add(row)
+            else:
+                values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
+                for j in range(len(cu) - 1):
+                    d.add(values[cu[j]:cu[j + 1]])
+    finally:
+        st.close()
+    return d.result()
+
+
 def run_loaderx(spec: dict) -> dict:
     """loaderx Loader({'data': [store]}, sampler, workers=W) for N/256 steps (the loader is endless).
     Ordered: its Sampler(N, 256, SEQUENTIAL). Shuffled: a PlanSampler replaying datasetrt's order

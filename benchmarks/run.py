@@ -4,7 +4,7 @@ Workloads (generated deterministically, seed 11): fixed 4 KiB records, fixed 150
 variable 1-64 KiB records, and a compressible token-like corpus (int32 sequences, zipf token ids,
 128-2048 tokens) written with lz4 and zstd; metadata columns label (str), n (int), score (float).
 
-Contenders, same data and same worker count in one run, each in a fresh subprocess:
+Read contenders, same data and same worker count in one run, each in a fresh subprocess:
   datasetrt                  DatasetRuntime(num_workers=W).cached_dataset(...), per-sample iteration
   datasetrt batches          the same, iter_batches(256)
   dataset-rt 0.4.8           the real package on the same cache files (cannot read zstd)
@@ -12,10 +12,25 @@ Contenders, same data and same worker count in one run, each in a fresh subproce
   torch DataLoader (memmap)  map-style dataset over a flat numpy memmap of the payloads
   memmap copy (limit)        one copy of the whole flat payload file from the page cache
   pread per record (limit)   os.pread of each record from the flat payload file
-Figures: samples/s and MiB/s (median, min, max over repeats), p95 latency of 256-sample batches,
-time to first sample, peak PSS of the contender's process tree. Every contender's payload bytes are
-checked equal to datasetrt's: the ordered digest where it reproduces datasetrt's order, else the
-multiset. No speed is asserted.
+Read figures: samples/s and MiB/s (median, min, max over repeats), p95 latency of 256-sample
+batches, time to first sample, peak PSS of the contender's process tree. Every contender's payload
+bytes are checked equal to datasetrt's: the ordered digest where it reproduces datasetrt's order,
+else the multiset.
+
+Write, each workload and codec, each contender in a fresh subprocess with the payloads already in
+memory: datasetrt and dataset-rt 0.4.8 `DatasetRuntime(num_workers=W).write_cache` (dataset-rt has
+no zstd), loaderx building its Dense / Ragged store (raw and zstd; it has no lz4). Figures: payload
+MiB/s (median, min, max), samples/s, peak tree PSS, ratio to datasetrt; every written cache or store
+is read back and its payloads compared with the generated ones in write order.
+
+Open: one dataset over N small caches (hard links of one 8-record cache, distinct manifests; N = 1,
+100, 10,000 with --full, 1, 100, 1,000 with --quick, 1, 10 with --smoke), then len(): datasetrt
+`CachedDataset(paths, runtime=None)`, dataset-rt `DatasetRuntime(num_workers=1).cached_dataset`,
+each N and contender in a fresh subprocess. Figures: seconds (median, min, max), the first open in
+the fresh process, peak tree PSS, time relative to datasetrt; lengths must be 8 N.
+
+With more than one timed repeat, repeat 0 is an extra untimed pass (digests; warm-up). No speed is
+asserted; the exit status is 1 only when some contender's bytes (or open length) differ.
 
 Usage: python -m benchmarks.run (--quick | --full | --smoke) [--workers 2] [--repeats R]
                                 [--out bench-out/suite.json] [--plot FILE.png]
@@ -24,6 +39,7 @@ Usage: python -m benchmarks.run (--quick | --full | --smoke) [--workers 2] [--re
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import statistics
@@ -35,8 +51,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import Measurement, datasetrt_pass, machine_facts, record_rep, save_json
-from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, new_result
+from benchmarks.common import (Measurement, datasetrt_pass, machine_facts, make_many_caches, open_caches, record_rep,
+                               save_json, write_cache)
+from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, load_flat, loaderx_digest, new_result
 from benchmarks.reader import PREFETCH, SEED
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +69,8 @@ MODES = {
              ("1-64 KiB", "var", (1024, 65536), 4096, "none,lz4"), ("tokens", "tokens", (128, 2048), 16384, "lz4,zstd")],
 }
 REPEATS = {"smoke": 1, "quick": 2, "full": 4}  # timed repeats; one extra untimed digest pass when > 1
+OPEN_COUNTS = {"smoke": (1, 10), "quick": (1, 100, 1000), "full": (1, 100, 10_000)}  # caches per open
+RT = "dataset-rt 0.4.8"
 
 
 # ---------------------------------------------------------------------------- workloads
@@ -94,28 +113,30 @@ def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[s
         for p in payloads:
             f.write(p)
     np.save(flat / "offsets.npy", offsets)
-    out = {"flat": str(flat), "caches": {}, "loaderx": {}, "loaderx_errors": {}, "orders": {}, "bytes": int(offsets[-1]), "count": count}
+    expected = Digest()
+    for p in payloads:
+        expected.add(p)
+    dtype = "<i4" if kind == "tokens" else "u1"
+    out = {"flat": str(flat), "caches": {}, "loaderx": {}, "loaderx_errors": {}, "orders": {}, "bytes": int(offsets[-1]), "count": count,
+           "written": expected.result(), "fixed_size": size if kind == "fixed" else None, "dtype": dtype}
     rt = datasetrt.DatasetRuntime(num_workers=workers)
     try:
         for algo in algos:
-            cfg = datasetrt.WriterConfig(show_progress=False, shard_compression=datasetrt.ShardCompression(algo=algo))
-            [res] = rt.write_cache([Source("suite", payloads, datasetrt.CacheInput)], workdir / f"cache-{algo}", writer_config=cfg)
-            assert isinstance(res, datasetrt.CacheWriteSuccess), res
-            out["caches"][algo] = str(res.path)
+            path = write_cache(datasetrt, rt, workdir / f"cache-{algo}", Source("suite", payloads, datasetrt.CacheInput), algo)
+            out["caches"][algo] = str(path)
             # datasetrt's shuffled sample order (dataset-rt's plan, which draws with replacement), so
             # the peers can replay it and be compared byte for byte.
-            ds = datasetrt.CachedDataset([res.path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=True), runtime=None)
+            ds = datasetrt.CachedDataset([path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=True), runtime=None)
             order = np.fromiter((s.sample_id for s in ds), dtype=np.int64)
             np.save(workdir / f"order-{algo}.npy", order)
             out["orders"][algo] = str(workdir / f"order-{algo}.npy")
             out["distinct_shuffled"] = int(len(np.unique(order)))
     finally:
         rt.close()
-    dtype = "<i4" if kind == "tokens" else "u1"
     for codec in sorted({"raw" if a == "none" else "zstd" for a in algos}):
         store = workdir / f"loaderx-{codec}"
         try:
-            build_loaderx(store, payloads, size if kind == "fixed" else None, dtype, codec)
+            build_loaderx(store, payloads, out["fixed_size"], dtype, codec)
             out["loaderx"][codec] = str(store)
         except Exception as exc:
             out["loaderx_errors"][codec] = f"{type(exc).__name__}: {exc}"
@@ -125,13 +146,19 @@ def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[s
 # ---------------------------------------------------------------------------- datasetrt / dataset-rt child
 
 
-def run_rt(spec: dict) -> dict:
-    result = new_result()
-    contender = spec["contender"]
+def rt_lib(contender: str):
+    """The library module of a datasetrt / dataset-rt contender."""
     if contender.startswith("dataset-rt"):
         import dataset_rt as lib
     else:
         import datasetrt as lib
+    return lib
+
+
+def run_rt(spec: dict) -> dict:
+    result = new_result()
+    contender = spec["contender"]
+    lib = rt_lib(contender)
     cfg = lib.ReaderConfig(seed=spec["seed"], shuffle=spec["shuffle"], prefetch_size=PREFETCH)
     start = time.perf_counter()
     runtime = lib.DatasetRuntime(num_workers=spec["workers"])
@@ -152,12 +179,83 @@ def run_rt(spec: dict) -> dict:
     return result
 
 
+def run_write(spec: dict) -> dict:
+    """Write the workload's payloads (loaded from the flat file before any timing) `repeats`
+    times, each into a fresh directory; only the write call is timed (datasetrt / dataset-rt:
+    `DatasetRuntime(num_workers=W).write_cache`, runtime created beforehand; loaderx: build_loaderx,
+    its Dense / Ragged store). Repeat 0 is kept on disk for the parent to read back ("path") and,
+    as for reads, is timed only when it is the only repeat; the others are deleted."""
+    result = new_result()
+    contender, repeats = spec["contender"], spec["repeats"]
+    payloads_file, offsets = load_flat(spec["flat"])
+    with open(payloads_file, "rb") as f:
+        payloads = [f.read(int(n)) for n in np.diff(offsets)]
+    n, nbytes = len(payloads), int(offsets[-1])
+    out = Path(spec["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    if contender == "loaderx":
+        def write(dest: Path) -> Path:
+            build_loaderx(dest, payloads, spec["fixed_size"], spec["dtype"], spec["codec"])
+            return dest
+        runtime = None
+    else:
+        lib = rt_lib(contender)
+        runtime = lib.DatasetRuntime(num_workers=spec["workers"])
+        source = Source("suite", payloads, lib.CacheInput)
+        lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=spec["algo"]))  # lazy imports
+
+        def write(dest: Path) -> Path:
+            return write_cache(lib, runtime, dest, source, spec["algo"])
+    for rep in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        path = write(out / f"rep{rep}")
+        dt = time.perf_counter() - t0
+        record_rep(result, rep, repeats, n, nbytes, dt, t0, [])
+        if rep == 0:
+            result["path"] = str(path)
+        else:
+            shutil.rmtree(out / f"rep{rep}")
+    if hasattr(runtime, "close"):
+        runtime.close()
+    return result
+
+
+def run_open(spec: dict) -> dict:
+    """Open one dataset over the first `n` of the many small caches, `repeats` times (open_caches:
+    datasetrt `CachedDataset(paths, runtime=None)`, dataset-rt `DatasetRuntime(num_workers=1)
+    .cached_dataset(paths)`, runtime created beforehand, plus len()). "first_s" is repeat 0, the
+    first open in this fresh process (after the API's own imports); it is timed into "seconds" only
+    when it is the only repeat."""
+    result = {**new_result(), "seconds": [], "first_s": None}
+    contender, repeats = spec["contender"], spec["repeats"]
+    lib = rt_lib(contender)
+    paths = sorted(Path(spec["many"]).iterdir())[:spec["n"]]
+    runtime = None if contender == OURS else lib.DatasetRuntime(num_workers=1)
+    lib.ReaderConfig(seed=1), lib.CachedDataset  # resolve the API (datasetrt imports it lazily) before timing
+    for rep in range(repeats):
+        gc.collect()
+        t0 = time.perf_counter()
+        result["count"] = open_caches(lib, runtime, paths)
+        dt = time.perf_counter() - t0
+        if rep == 0:
+            result["first_s"] = dt
+        if rep > 0 or repeats == 1:
+            result["seconds"].append(dt)
+    return result
+
+
 def run_child(spec: dict) -> dict:
     from benchmarks.pss import PeakPss
 
     with PeakPss() as pss:
-        runner = RUNNERS.get(spec["contender"], run_rt)
-        result = runner(spec)
+        task = spec.get("task", "read")
+        if task == "write":
+            result = run_write(spec)
+        elif task == "open":
+            result = run_open(spec)
+        else:
+            result = RUNNERS.get(spec["contender"], run_rt)(spec)
     result["peak_pss_mib"] = pss.peak / 2**20
     return result
 
@@ -174,6 +272,91 @@ def contender_child(spec: dict, timeout: float) -> dict:
         tail = (out.stderr.strip().splitlines() or ["(no stderr)"])[-1]
         return {**new_result(), "error": f"exit {out.returncode}: {tail}", "peak_pss_mib": None}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- write and open (parent side)
+
+
+def written_digest(contender: str, path: str, fixed: bool) -> dict:
+    """Read a contender's written output back in write order: a datasetrt or dataset-rt cache with
+    datasetrt (single process), a loaderx store with loaderx."""
+    if contender == "loaderx":
+        return loaderx_digest(Path(path), fixed)
+    import datasetrt
+
+    d = Digest()
+    for sample in datasetrt.CachedDataset([path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None):
+        d.add(sample.data)
+    return d.result()
+
+
+def bench_writes(wl: dict, name: str, count: int, algos: list[str], outdir: Path, workers: int, repeats: int,
+                 failures: list[str]) -> list[dict]:
+    """Write MiB/s of each contender for each codec of one workload; the written bytes read back
+    and compared with the generated payloads (write order)."""
+    rows = []
+    for algo in algos:
+        workload = f"{name} x {count} {algo}"
+        # dataset-rt has no zstd; loaderx has raw and zstd but no lz4
+        contenders = [OURS] + ([RT] if algo != "zstd" else []) + (["loaderx"] if algo != "lz4" else [])
+        matched = []
+        for contender in contenders:
+            spec = {"task": "write", "contender": contender, "flat": wl["flat"], "algo": algo, "workers": workers,
+                    "repeats": repeats, "out": str(outdir / f"write-{contender.split()[0]}-{algo}"),
+                    "fixed_size": wl["fixed_size"], "dtype": wl["dtype"], "codec": "raw" if algo == "none" else "zstd"}
+            r = contender_child(spec, timeout=600)
+            if not r.get("error"):
+                try:
+                    got = written_digest(contender, r["path"], wl["fixed_size"] is not None)
+                except Exception as exc:  # unreadable output is a finding like different bytes
+                    got = {"digest": f"read back failed: {type(exc).__name__}: {exc}"}
+                if got["digest"] == wl["written"]["digest"]:
+                    r["check"] = "same bytes, same order"
+                    matched.append(contender)
+                else:
+                    r["check"] = "DIFFERENT BYTES"
+                    failures.append(f"write {workload}: {contender} wrote {got['digest']} vs generated {wl['written']['digest']}")
+                if contender == "loaderx":
+                    r["check"] += "; payloads only (no metadata, no checksums)"
+                shutil.rmtree(spec["out"], ignore_errors=True)
+            else:
+                r["check"] = "not compared"
+            rows.append({"workload": workload, "base": name, "algo": algo, "contender": contender,
+                         **{k: v for k, v in r.items() if k not in ("traceback", "path")}})
+            if r.get("error"):
+                print(f"write {workload:28} {contender:27} ERROR {r['error']}", flush=True)
+            else:
+                print(f"write {workload:28} {contender:27} {_med(r['mib']):>8,.0f} MiB/s {_med(r['rates']):>11,.0f} samples/s"
+                      f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
+        print(f"same bytes written: {workload}: {', '.join(matched)}", flush=True)
+    return rows
+
+
+def bench_open(workdir: Path, counts: tuple[int, ...], repeats: int, failures: list[str]) -> list[dict]:
+    """Open time of a dataset over N small caches (make_many_caches: hard links of one 8-record
+    cache under distinct manifests) for each N; each contender and N in a fresh subprocess."""
+    paths = make_many_caches(workdir, max(counts))
+    rows = []
+    for n in counts:
+        for contender in (OURS, RT):
+            r = contender_child({"task": "open", "contender": contender, "many": str(paths[0].parent), "n": n,
+                                 "repeats": repeats}, timeout=600)
+            expected = 8 * n
+            if r.get("error"):
+                r["check"] = "not compared"
+            elif r["count"] == expected:
+                r["check"] = f"same length ({expected:,} samples)"
+            else:
+                r["check"] = f"DIFFERENT LENGTH ({r['count']:,}, expected {expected:,})"
+                failures.append(f"open {n} caches: {contender} len {r['count']} vs {expected}")
+            rows.append({"workload": f"{n:,} caches", "caches": n, "contender": contender,
+                         **{k: v for k, v in r.items() if k != "traceback"}})
+            if r.get("error"):
+                print(f"open {n:>6,} caches {contender:27} ERROR {r['error']}", flush=True)
+            else:
+                print(f"open {n:>6,} caches {contender:27} {_med(r['seconds']) * 1e3:>9.2f} ms  first {r['first_s'] * 1e3:9.2f} ms"
+                      f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
+    return rows
 
 
 # ---------------------------------------------------------------------------- report
@@ -201,6 +384,38 @@ def table(rows: list[dict]) -> str:
             f"{_med(r['mib']):,.0f} | {f'{p95:.1f} ms' if p95 is not None else '-'} | "
             f"{f'{first * 1e3:.0f} ms' if first is not None else '-'} | {f'{pss:.0f} MiB' if pss else '-'} | "
             f"{f'{rate / b:.2f}x' if b else 'n/a'} | {r['check']} |")
+    return "\n".join(lines)
+
+
+def write_table(rows: list[dict]) -> str:
+    lines = ["| workload | contender | write MiB/s (median) | min - max | samples/s | peak tree PSS | vs datasetrt | bytes read back |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    base = {r["workload"]: _med(r["mib"]) for r in rows if r["contender"] == OURS}
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['workload']} | {r['contender']} | - | - | - | - | - | {r['error']} |")
+            continue
+        mib, b, pss = _med(r["mib"]), base.get(r["workload"]), r.get("peak_pss_mib")
+        lines.append(f"| {r['workload']} | {r['contender']} | {mib:,.0f} | {min(r['mib']):,.0f} - {max(r['mib']):,.0f} | "
+                     f"{_med(r['rates']):,.0f} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{mib / b:.2f}x' if b else 'n/a'} | {r['check']} |")
+    return "\n".join(lines)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.0f} ms" if seconds >= 0.1 else f"{seconds * 1e3:.2f} ms"
+
+
+def open_table(rows: list[dict]) -> str:
+    lines = ["| caches | contender | open time (median) | min - max | first open (cold process) | peak tree PSS | time vs datasetrt | samples |",
+             "|---:|---|---:|---:|---:|---:|---:|---|"]
+    base = {r["workload"]: _med(r["seconds"]) for r in rows if r["contender"] == OURS and not r.get("error")}
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['caches']:,} | {r['contender']} | - | - | - | - | - | {r['error']} |")
+            continue
+        sec, b, pss = _med(r["seconds"]), base.get(r["workload"]), r.get("peak_pss_mib")
+        lines.append(f"| {r['caches']:,} | {r['contender']} | {_ms(sec)} | {_ms(min(r['seconds']))} - {_ms(max(r['seconds']))} | "
+                     f"{_ms(r['first_s'])} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{sec / b:.2f}x' if b else 'n/a'} | {r['check']} |")
     return "\n".join(lines)
 
 
@@ -255,8 +470,11 @@ def main() -> None:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-suite-"))
     rows: list[dict] = []
+    write_rows: list[dict] = []
+    open_rows: list[dict] = []
     sizes: dict[str, float] = {}
     failures: list[str] = []
+    phase_s = {"write": 0.0, "open": 0.0}
     try:
         for name, kind, size, count, algos in MODES[mode]:
             algo_list = algos.split(",")
@@ -308,16 +526,32 @@ def main() -> None:
                                   f"  first {(r['first_sample_s'] or 0) * 1e3:7.1f} ms  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
                     print(f"same bytes: {workload}: ordered digest {', '.join(matched['ordered'])}"
                           + (f"; multiset {', '.join(matched['multiset'])}" if matched["multiset"] else ""), flush=True)
+            t_write = time.perf_counter()
+            write_rows += bench_writes(wl, name, count, algo_list, workdir / name.replace(" ", ""), args.workers, repeats, failures)
+            phase_s["write"] += time.perf_counter() - t_write
             shutil.rmtree(workdir / name.replace(" ", ""), ignore_errors=True)
+        t_open = time.perf_counter()
+        open_rows = bench_open(workdir / "open", OPEN_COUNTS[mode], repeats, failures)
+        phase_s["open"] = time.perf_counter() - t_open
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     wall = time.perf_counter() - started
     print(f"\nmachine: {machine_facts()}; mode={mode}, workers={args.workers}, prefetch_size={PREFETCH}, "
-          f"batch={BATCH}, timed repeats={timed_repeats}, wall {wall:.0f} s\n")
+          f"batch={BATCH}, timed repeats={timed_repeats}, wall {wall:.0f} s (of which write {phase_s['write']:.0f} s, "
+          f"open {phase_s['open']:.0f} s)\n")
+    print("read\n")
     print(table(rows))
+    print(f"\nwrite (payload MiB/s; DatasetRuntime(num_workers={args.workers}) for datasetrt and dataset-rt)\n")
+    print(write_table(write_rows))
+    print("\nopen (one dataset over N caches of 8 records each, then len())\n")
+    print(open_table(open_rows))
     measurements = [Measurement(r["workload"], r["contender"], "samples/s", r["rates"]) for r in rows if not r.get("error")]
+    measurements += [Measurement(f"write {r['workload']}", r["contender"], "MiB/s", r["mib"]) for r in write_rows if not r.get("error")]
+    measurements += [Measurement(f"open {r['workload']}", r["contender"], "s", r["seconds"], higher_is_better=False)
+                     for r in open_rows if not r.get("error")]
     save_json(args.out, measurements, {"mode": mode, "workers": args.workers, "prefetch_size": PREFETCH, "batch": BATCH,
-                                       "wall_s": wall, "record_bytes_mean": sizes, "rows": rows})
+                                       "wall_s": wall, "phase_s": phase_s, "record_bytes_mean": sizes, "open_counts": list(OPEN_COUNTS[mode]),
+                                       "rows": rows, "write_rows": write_rows, "open_rows": open_rows})
     if args.plot:
         try:
             plot(rows, sizes, args.plot)
