@@ -8,13 +8,14 @@ table, the planner and the reader together and owns the dataset-level sampling s
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from datasetrt.records import (
     CacheSourcesDatasetError,
     CacheSourcesDatasetSuccess,
     CacheWriteSuccess,
+    Deferred,
     Err,
     ManifestUpdateEntry,
     ManifestUpdateError,
@@ -206,7 +208,8 @@ class CachedDataset:
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
         window = self._reserve()
-        table = self._arrow_table(window.population) if with_metadata else None
+        # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
+        table = functools.partial(self._arrow_table, window.population) if with_metadata else None
         cache_ids = self._catalog.cache_ids
         validate = self.reader_config.validate_cache
         builder = _BatchBuilder(batch_size)
@@ -224,9 +227,7 @@ class CachedDataset:
     def _arrow_table(self, population: Population) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
         the frame that population was validated from, or the physical table."""
-        frame = population.source
-        if frame is None:
-            frame = self._physical_frame if self._physical_frame is not None else self.get_metadata()
+        frame = population.source if population.source is not None else self._physical()
         if self._arrow_cache is None or self._arrow_cache[0] is not frame:
             self._arrow_cache = (frame, frame.to_arrow())
         return self._arrow_cache[1]
@@ -352,6 +353,10 @@ class CachedDataset:
         """The active table as last supplied, or the physical table (decoded on first use)."""
         if self._active_frame is not None:
             return self._active_frame
+        return self._physical()
+
+    def _physical(self) -> pl.DataFrame:
+        """The caches' own metadata table (decoded once, on first use; never changes)."""
         if self._physical_frame is None:
             from datasetrt.table.metadata import physical_table  # lazily: imports Polars and pyarrow
 
@@ -468,6 +473,16 @@ def _dataset_key(handles: list[CacheHandle], verify_records: bool) -> str:
     return h.hexdigest()[:32]
 
 
+def _table_rows(table_of: Callable[[], Any], rows: np.ndarray) -> Any:
+    """Rows `rows` of the table: a zero-copy slice when they are consecutive (ordered windows)."""
+    table = table_of()
+    n = len(rows)
+    first = int(rows[0])
+    if int(rows[-1]) - first == n - 1 and (n < 3 or bool((np.diff(rows) == 1).all())):
+        return table.slice(first, n)
+    return table.take(rows)
+
+
 class _BatchBuilder:
     """Accumulates chunk rows into one batch: payloads are packed straight into one buffer
     (sized from the first rows' average, grown by doubling), so a batch costs one copy of its
@@ -513,18 +528,13 @@ class _BatchBuilder:
         self.used = need
         return end
 
-    def finish(self, cache_ids: np.ndarray, table: Any) -> SampleBatch:
+    def finish(self, cache_ids: np.ndarray, table_of: Callable[[], Any] | None) -> SampleBatch:
+        """The batch so far; `table_of` returns the pyarrow table its rows index (called only if
+        the consumer reads `metadata`)."""
         n = self.rows
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self.lens[:n], out=offsets[1:])
-        rows = self.row[:n]
-        metadata = None
-        if table is not None:
-            first = int(rows[0])
-            if int(rows[-1]) - first == n - 1 and (n < 3 or bool((np.diff(rows) == 1).all())):
-                metadata = table.slice(first, n)  # ordered windows: zero-copy slice
-            else:
-                metadata = table.take(rows)
+        metadata = None if table_of is None else Deferred(functools.partial(_table_rows, table_of, self.row[:n]))
         batch = SampleBatch(self.data[: self.used], offsets, cache_ids[self.cache_pos[:n]], self.sample_id[:n].copy(), metadata)
         self._reset()
         return batch

@@ -7,7 +7,7 @@ name the stable public path, as dataset-rt's do for `dataset_rt.api`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeVar, Union, runtime_checkable
 
@@ -64,22 +64,41 @@ class CacheSourcesDatasetError(NamedTuple):
 CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
 
 
+class Deferred:
+    """A value computed on first use, once (`SampleBatch.metadata`)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Any) -> None:
+        self.compute = compute
+
+
 @dataclass(frozen=True, eq=False)
 class SampleBatch:
     """A batch of consecutive plan positions without a Python object per sample (datasetrt).
 
     `data` (uint8) holds the payloads back to back; payload i is data[offsets[i]:offsets[i+1]]
     (`offsets` int64, len n+1). `cache_id`/`sample_id` are uint64 arrays of length n.
-    `metadata` is a pyarrow Table with the dataset table's rows for these samples (the active
-    table after update_metadata, so weights and extra columns come along), or None when not
-    requested. Arrays are owned by the batch (no views into reader buffers).
+    `metadata` is a pyarrow Table with the dataset table's rows for these samples (the table the
+    window was planned from, so weights and extra columns come along), or None when not
+    requested. It is built on first access — a consumer that never reads it never imports
+    pyarrow or Polars — and always from the table as it was when the window was reserved.
+    Arrays are owned by the batch (no views into reader buffers).
     """
 
     data: Any
     offsets: Any
     cache_id: Any
     sample_id: Any
-    metadata: Any = None
+    _metadata: Any = field(default=None, repr=False)
+
+    @property
+    def metadata(self) -> Any:
+        value = self._metadata
+        if isinstance(value, Deferred):
+            value = value.compute()
+            object.__setattr__(self, "_metadata", value)
+        return value
 
     def __len__(self) -> int:
         return len(self.cache_id)

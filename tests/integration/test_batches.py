@@ -82,6 +82,27 @@ def test_metadata_after_update_is_the_active_table(write_caches, rt):
     assert [r["index"] for r in rows] == [s.metadata["index"] for s in expected]
 
 
+def test_metadata_read_after_a_later_update_is_still_the_planned_table(write_caches, rt):
+    """A batch's metadata is built on first access, but from the table its window was planned
+    from: an update_metadata (or a physical table decoded only later) in between changes nothing."""
+    paths = write_caches({"a": 30})
+    for filtered in (False, True):
+        ds, _ = _pairs(paths, rt, shuffle=True)
+        if filtered:
+            ds.update_metadata(ds.get_metadata().filter(pl.col("kept")).with_columns(tag=pl.lit("first")))
+        planned = ds.get_metadata()
+        batches = list(ds.iter_batches(7))  # no metadata read yet
+        ds.update_metadata(ds.get_metadata().head(3).with_columns(tag=pl.lit("second")))
+        rows = [r for b in batches for r in b.metadata.to_pylist()]
+        assert [(r["cache_id"], r["sample_id"]) for r in rows] == [
+            (int(c), int(s)) for b in batches for c, s in zip(b.cache_id, b.sample_id)
+        ]
+        keys = {(r["cache_id"], r["sample_id"]) for r in planned.to_dicts()}
+        assert all((r["cache_id"], r["sample_id"]) in keys for r in rows)
+        assert all(r.get("tag", "first") == "first" for r in rows)
+        assert batches[0].metadata is batches[0].metadata  # built once
+
+
 def test_drop_last_and_without_metadata(write_caches):
     paths = write_caches({"a": 10})
     ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=1, shuffle=False))
