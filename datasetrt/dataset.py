@@ -631,12 +631,25 @@ class DatasetRuntime:
         self.parallel_reads = bool(parallel_reads)
 
     def _reader_pool(self) -> WorkerPool:
-        """The reader worker processes, started at first use and restarted after a crash."""
+        """The reader worker processes, launched at first use (a run reads in-process until one
+        is ready) and relaunched after a crash."""
         if self._readers is None or self._readers.closed:
             pool = WorkerPool(self._num_workers, self._start_method)
-            pool.start()
+            pool.launch()
             self._readers = pool
         return self._readers
+
+    def start_workers(self) -> list[int]:
+        """Start the reader workers now and wait until each reports ready; returns their pids.
+
+        Optional: without it they start at the first parallel read, which reads in-process until
+        one is ready (same samples either way). Useful before timing a loop, or to fail early.
+        """
+        pool = self._reader_pool()
+        while not pool.all_ready:
+            pool.check_startup()
+            pool.poll(1.0, what="worker start-up", idle_ok=True)
+        return pool.pids
 
     @property
     def worker_pids(self) -> list[int]:

@@ -92,14 +92,15 @@ def _grown(out: np.ndarray, need: int) -> np.ndarray:
         raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
 
 
-def local_chunks(reader: LocalReader, window, block_rows: int) -> Iterator[Chunk]:
-    """Chunks of `window` read in this process, in window order (the runtime=None path).
+def local_chunks(reader: LocalReader, window, block_rows: int, start: int = 0) -> Iterator[Chunk]:
+    """Chunks of `window` from position `start` on, read in this process, in window order (the
+    runtime=None path, and a parallel run's head while its workers start).
 
     The gather buffer belongs to this generator (not to the shared reader), so a chunk stays
     valid until this generator is advanced, however many other iterators read meanwhile.
     """
     out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
-    for first in range(0, window.length, block_rows):
+    for first in range(start, window.length, block_rows):
         count = min(block_rows, window.length - first)
         rows = window.rows(first, count)
         cache_pos, sample_id = window.population.resolve(rows)

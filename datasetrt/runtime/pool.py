@@ -17,6 +17,7 @@ import itertools
 import os
 import pickle
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main
 
 START_METHODS = ("fork", "spawn")
+_STOPPED = "reader workers are stopped (DatasetRuntime.close() or an earlier worker failure); start a new iterator"
 JOIN_TIMEOUT_S = 5.0
 
 
@@ -60,13 +62,27 @@ class WorkerPool:
         self._run_ids = itertools.count(1)
         self._owner_pid = os.getpid()
         self.closed = False
+        self.launched_at = 0.0
         self._finalizer = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the workers and wait for each WorkerReady (bounded by startup_timeout_s)."""
+        self.launch()
+        try:
+            while not self.all_ready:
+                self.poll(self.startup_timeout_s, what="worker start-up")
+        except BaseException:
+            self.close()
+            raise
+
+    def launch(self) -> None:
+        """Start the worker processes without waiting for them: their WorkerReady messages are
+        routed by later polls (`ready_workers`). A worker that dies while starting is reported
+        by the next poll like any other crash."""
         sweep_stale_runs()
+        self.launched_at = time.monotonic()
         ctx = mp.get_context(self.start_method)
         process_class = _ReaderSpawnProcess if self.start_method == "spawn" else ctx.Process
         if self.start_method == "fork":
@@ -92,8 +108,6 @@ class WorkerPool:
                 gc.unfreeze()
             self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
                                                self.run_dirs)
-            while any(r is None for r in self.ready):
-                self.poll(self.startup_timeout_s, what="worker start-up")
         except BaseException:
             gc.unfreeze()
             self.close()
@@ -112,29 +126,52 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
+    @property
+    def all_ready(self) -> bool:
+        return bool(self.ready) and all(r is not None for r in self.ready)
+
+    def ready_workers(self) -> list[int]:
+        """Indices of workers that reported WorkerReady (after routing what has arrived)."""
+        if self.closed:
+            raise WorkerError(_STOPPED)
+        if not self.all_ready:
+            self.poll(0.0, what="worker start-up", idle_ok=True)
+        return [i for i, r in enumerate(self.ready) if r is not None]
+
+    def check_startup(self) -> None:
+        """WorkerTimeoutError when some worker has not reported ready within startup_timeout_s."""
+        if not self.all_ready and time.monotonic() - self.launched_at > self.startup_timeout_s:
+            pids = self.pids
+            self.close()
+            raise WorkerTimeoutError(f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids})")
+
     # -- messages ---------------------------------------------------------------------------
 
     def new_run_id(self) -> int:
         return next(self._run_ids)
 
     def least_loaded(self) -> int:
-        return min(range(self.num_workers), key=self.inflight.__getitem__)
+        """The ready worker with the fewest tasks in flight (any worker while none is ready)."""
+        candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
+        return min(candidates, key=self.inflight.__getitem__)
 
     def send(self, worker: int, msg: object) -> None:
         if self.closed:
-            raise WorkerError("reader workers are stopped (DatasetRuntime.close() or an earlier worker failure); "
-                              "start a new iterator")
+            raise WorkerError(_STOPPED)
         try:
             self.task_conns[worker].send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, OSError):
             self._raise_dead(worker)
 
-    def poll(self, timeout_s: float, what: str = "reader workers") -> None:
+    def poll(self, timeout_s: float, what: str = "reader workers", idle_ok: bool = False) -> None:
         """Wait up to timeout_s for results; route each to its run's handler.
 
-        Raises WorkerCrashedError if a worker exited, WorkerTimeoutError if nothing arrived.
+        Raises WorkerCrashedError if a worker exited, WorkerTimeoutError if nothing arrived
+        (unless idle_ok: a non-blocking check).
         """
         ready = wait([*self.result_conns, *(p.sentinel for p in self.procs)], timeout_s)
+        if not ready and idle_ok:
+            return
         if not ready:
             pids = self.pids
             self.close()  # a hung worker must not poison later reads: the next read starts fresh

@@ -3,6 +3,9 @@
 Boundary: numpy arrays and the worker pool; no Polars, no Torch, no record types (the consumer
 turns chunks into samples or batches).
 
+Head start: a run on a pool whose workers have not reported ready yet reads the head of its
+window in this process, chunk by chunk, until one has; tasks start where the head stopped.
+
 Flow control: a task is submitted only with a free ring slot, and a slot is freed only when the
 consumer asks for the next chunk, so a slow consumer stops submissions and memory never grows
 past the ring. Chunks come out strictly in window order whatever order workers finish in
@@ -21,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from datasetrt import errors
-from datasetrt.runtime.local import Chunk, LocalReader
+from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import SLOT_ARRAYS, CloseRun, OpenRun, ReadTask, TaskDone, TaskFailed, slot_header_bytes
@@ -174,6 +177,19 @@ class ParallelRun:
         position = 0
         held: int | None = None
         try:
+            # Head start: while no worker has reported ready (a pool just launched: ~0.1 s for
+            # spawn), read the head of the window in this process; tasks start where it stopped.
+            # Who reads a row never changes its bytes, so the output is the same either way.
+            if not self.pool.ready_workers():
+                head = local_chunks(self.fallback, self.window, self.shape.rows_per_task)
+                for chunk in head:
+                    yield chunk
+                    position = chunk.first + chunk.rows
+                    if self.pool.ready_workers():
+                        break
+                    self.pool.check_startup()
+                head.close()
+                self._next_first = position
             while position < self.window.length:
                 if held is not None:
                     self._free.append(held)

@@ -65,6 +65,7 @@ def fork_rt(templates):
     """Forked reader workers shared by the module, started here on the main thread (see
     test_workers_survive_the_exit_of_the_thread_that_started_them for why that matters)."""
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()  # so every read below goes through the workers (no in-process head start)
     path, _, samples, _ = templates["none"]
     assert list(drt.CachedDataset([path], reader_config=reader_config(False), runtime=rt)) == samples
     yield rt

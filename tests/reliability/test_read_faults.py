@@ -43,6 +43,7 @@ def expected(cache):
 def fork_rt(cache):
     """A private forked runtime, workers started on the main thread by a warm-up read."""
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()  # so every read below goes through the workers (no in-process head start)
     list(drt.CachedDataset([cache], reader_config=reader_config(False), runtime=rt))
     yield rt
     rt.close()
@@ -190,6 +191,8 @@ def test_cache_deleted_or_replaced_while_reading(tmp_path, cache, expected, path
     live = shutil.copytree(cache, tmp_path / "reads")
     res = other_cache(tmp_path)
     runtime = drt.DatasetRuntime(num_workers=2, start_method="fork") if path == "fork" else None
+    if runtime is not None:
+        runtime.start_workers()  # the change must hit reads in the workers
     try:
         want = baseline()
         ds = drt.CachedDataset([live], reader_config=reader_config(False, prefetch_size=16), runtime=runtime)

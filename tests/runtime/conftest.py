@@ -188,6 +188,7 @@ def runtimes():
         key = (start_method, num_workers)
         if key not in made:
             made[key] = drt.DatasetRuntime(num_workers=num_workers, start_method=start_method)
+            made[key].start_workers()  # every read goes through the workers (no in-process head start)
         return made[key]
 
     yield get

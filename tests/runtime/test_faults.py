@@ -44,6 +44,7 @@ def good(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fork_rt():
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()  # faults must hit reads in the workers, not an in-process head start
     yield rt
     rt.close()
 
@@ -69,6 +70,7 @@ def check_usable(runtime, paths) -> None:
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_sigkill_mid_epoch_raises_worker_crashed_and_pool_restarts(good, method):
     rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    rt.start_workers()
     try:
         it = iter(long_dataset([good], rt))
         take(it, 5)
@@ -105,6 +107,7 @@ def test_worker_killed_between_iterations(fork_rt, good):
 
 def test_stopped_worker_raises_worker_timeout(good):
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()
     try:
         it = iter(long_dataset([good], rt, worker_timeout_s=1.0))
         take(it, 5)

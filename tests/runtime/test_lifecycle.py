@@ -48,10 +48,40 @@ def dataset(paths, runtime, **cfg):
 
 
 def started(runtime, paths) -> list[int]:
-    """Make sure the runtime's workers run; return their pids."""
-    if not runtime.worker_pids:
-        list(dataset(paths[:1], runtime, shuffle=False))
-    return runtime.worker_pids
+    """Make sure the runtime's workers run and are ready; return their pids."""
+    return runtime.start_workers()
+
+
+def test_first_read_starts_in_process_while_workers_start(paths):
+    """A fresh runtime's first iterator yields before any worker is ready (the head of the
+    window is read in-process), then hands over to the workers; the samples are the in-process
+    reader's, in order."""
+    rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+    try:
+        ds, ref = dataset(paths, rt), dataset(paths, None)
+        for d in (ds, ref):
+            d.set_epoch_len(300_000)
+        it, want = iter(ds), iter(ref)
+        assert next(it) == next(want)
+        assert not rt._readers.all_ready  # a spawned worker needs ~0.1 s; the first sample came first
+        for k, (got, expected) in enumerate(zip(it, want), start=1):
+            if got != expected:
+                pytest.fail(f"sample {k} differs")
+        assert k == 299_999 and next(it, None) is None
+        assert rt._readers.all_ready and len(rt.worker_pids) == 2
+    finally:
+        rt.close()
+
+
+def test_start_workers_waits_until_every_worker_is_ready(paths):
+    rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+    try:
+        pids = rt.start_workers()
+        assert len(pids) == 2 and set(pids) <= child_pids() and rt._readers.all_ready
+        assert rt.start_workers() == pids  # idempotent
+        assert len(list(dataset(paths, rt))) == 700
+    finally:
+        rt.close()
 
 
 def test_workers_start_lazily_and_are_reused_across_iterators_and_datasets(shared, paths):
@@ -148,6 +178,7 @@ def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
         import torch, polars
         import datasetrt as drt
         rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+        rt.start_workers()  # readiness is what this test checks; reads would not wait for it
         ds = rt.cached_dataset([{str(paths[0])!r}], reader_config=drt.ReaderConfig(seed=1))
         n = len(list(ds))
         print(json.dumps([n, [list(r.heavy_modules) for r in rt._readers.ready]]))
@@ -236,8 +267,9 @@ def test_close_with_an_open_iterator_removes_its_run_dir(paths):
         gc.collect()
 
 
-def test_iterator_used_after_close_raises_a_typed_error(paths):
-    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+@pytest.mark.parametrize("method", ["fork", "spawn"])  # spawn: closed during the in-process head start
+def test_iterator_used_after_close_raises_a_typed_error(paths, method):
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
     ds = dataset(paths, rt, prefetch_size=1)
     ds.set_epoch_len(100_000)  # far more than the ring holds
     it = iter(ds)

@@ -34,6 +34,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fork_rt():
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()
     yield rt
     rt.close()
 
