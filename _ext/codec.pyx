@@ -10,8 +10,9 @@ Wire forms (docs/storage-format.md):
 * zstd: one zstd frame with the content size in its header (datasetrt only).
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
 from clibs cimport (
@@ -32,6 +33,14 @@ cdef extern from *:
     const unsigned long long DRT_ZSTD_UNKNOWN
     const unsigned long long DRT_ZSTD_ERROR
 
+cdef extern from "xxhash.h" nogil:
+    ctypedef struct XXH3_state_t
+    XXH3_state_t* XXH3_createState()
+    int XXH3_freeState(XXH3_state_t* state)
+    int XXH3_64bits_reset(XXH3_state_t* state)
+    int XXH3_64bits_update(XXH3_state_t* state, const void* data, size_t length)
+    unsigned long long XXH3_64bits_digest(const XXH3_state_t* state)
+
 ZSTD_LEVEL_MIN = ZSTD_minCLevel()
 ZSTD_LEVEL_MAX = ZSTD_maxCLevel()
 
@@ -43,6 +52,43 @@ def xxh3_64(const uint8_t[::1] data not None):
     with nogil:
         h = XXH3_64bits(&data[0] if n else NULL, n)
     return h
+
+
+def xxh3_64_pairs(heads, bodies, uint64_t[::1] out not None):
+    """out[i] = XXH3-64 (seed 0) of heads[i] + bodies[i], hashed as one stream without joining
+    them (the writer's record = envelope head + stored payload). Both sequences hold `bytes`; the GIL
+    is released for the whole batch. O(total bytes)."""
+    cdef tuple hs = tuple(heads), bs = tuple(bodies)  # owned references while the GIL is released
+    cdef Py_ssize_t n = len(hs), i
+    if len(bs) != n or out.shape[0] < n:
+        raise ValueError("xxh3_64_pairs: heads, bodies and out must have matching lengths")
+    if n == 0:
+        return
+    cdef const char** ptrs = <const char**>malloc(2 * n * sizeof(char*))
+    cdef size_t* lens = <size_t*>malloc(2 * n * sizeof(size_t))
+    cdef XXH3_state_t* state = XXH3_createState()
+    try:
+        if ptrs == NULL or lens == NULL or state == NULL:
+            raise MemoryError("xxh3_64_pairs")
+        for i in range(n):
+            h = hs[i]
+            b = bs[i]
+            if not PyBytes_Check(h) or not PyBytes_Check(b):
+                raise TypeError("xxh3_64_pairs takes lists of bytes")
+            ptrs[2 * i] = PyBytes_AS_STRING(h)
+            lens[2 * i] = PyBytes_GET_SIZE(h)
+            ptrs[2 * i + 1] = PyBytes_AS_STRING(b)
+            lens[2 * i + 1] = PyBytes_GET_SIZE(b)
+        with nogil:
+            for i in range(n):
+                XXH3_64bits_reset(state)
+                XXH3_64bits_update(state, ptrs[2 * i], lens[2 * i])
+                XXH3_64bits_update(state, ptrs[2 * i + 1], lens[2 * i + 1])
+                out[i] = XXH3_64bits_digest(state)
+    finally:
+        XXH3_freeState(state)
+        free(ptrs)
+        free(lens)
 
 
 def lz4_compress(const uint8_t[::1] data not None):

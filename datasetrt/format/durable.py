@@ -15,6 +15,23 @@ _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _renameat2 = getattr(_libc, "renameat2", None)
+_sync_file_range = getattr(_libc, "sync_file_range", None)
+if _sync_file_range is not None:
+    _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    _sync_file_range.restype = ctypes.c_int
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing [offset, offset + nbytes) of fd to disk now, without
+    waiting (Linux sync_file_range(SYNC_FILE_RANGE_WRITE)); a no-op where unavailable.
+
+    Only a hint that spreads the disk writes over the time the file is being written, so the
+    fsync that closes the file has little left to flush. It is not a durability step and never
+    replaces that fsync (an I/O error here is reported by the fsync too, so failures are ignored).
+    """
+    if _sync_file_range is not None and nbytes > 0:
+        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
 def fsync_path(path: Path) -> None:
