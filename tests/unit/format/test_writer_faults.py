@@ -12,8 +12,6 @@ import fcntl
 import hashlib
 import json
 import os
-import resource
-import signal
 from pathlib import Path
 
 import pytest
@@ -22,20 +20,13 @@ import datasetrt as drt
 from datasetrt.format import durable, writer
 from datasetrt.format.writer import StageProfile, write_sources
 from tests.conftest import QUIET
+from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
 
 OK = [(b"x", {"a": 1})]
 STAGES = {
     "compression", "disk_write", "finish_index", "finish_manifest", "finish_metadata", "ingress_wait",
     "metadata_validate", "publish", "python_extract", "python_next", "record_encode", "shard_flush",
 }
-
-
-class Raw:
-    def __init__(self, name, items):
-        self.name, self.items = name, items
-
-    def __iter__(self):
-        return iter(self.items)
 
 
 class Interrupting:
@@ -242,32 +233,9 @@ def test_lock_on_an_unlinked_inode_is_not_trusted(runtime, tmp_path, monkeypatch
 
 def test_disk_full_is_an_io_error_value_and_leaves_nothing(tmp_path):
     """RLIMIT_FSIZE in a forked child: writes past 64 KiB fail with EFBIG (SIGXFSZ ignored)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
-            rt = drt.DatasetRuntime(num_workers=1)
-            items = [(bytes([i % 251]) * 4096, {"a": i}) for i in range(64)]
-            results = rt.write_cache([Raw("big", items), Raw("small", OK)], tmp_path, writer_config=QUIET)
-            os.write(write_end, json.dumps([[type(r).__name__, str(r[0]), str(r[1])] for r in results]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        payload = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    (big, small) = json.loads(payload)
-    assert big[:2] == ["CacheWriteError", "big"]
-    assert big[2].startswith("I/O error: File too large (os error 27)"), big[2]
-    assert small[:2] == ["CacheWriteSuccess", "small"]
-    assert sorted(os.listdir(tmp_path)) == ["small", "tmp"]
-    assert os.listdir(tmp_path / "tmp") == []
+    items = [(bytes([i % 251]) * 4096, {"a": i}) for i in range(64)]
+    big, small = write_past_fsize_limit(tmp_path, 64 * 1024, 1, items)
+    assert_big_failed_small_written(tmp_path, big, small)
 
 
 # -- from_cache_sources reuse -----------------------------------------------------------------------

@@ -10,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import resource
-import signal
 from array import array
 from pathlib import Path
 
@@ -24,16 +22,9 @@ from datasetrt._native import codec
 from datasetrt.format import writer
 from datasetrt.format.envelope import MetadataSchema
 from tests.conftest import QUIET
+from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
 
 BIG = writer.LARGE_RECORD_BYTES
-
-
-class Raw:
-    def __init__(self, name, items):
-        self.name, self.items = name, items
-
-    def __iter__(self):
-        return iter(self.items)
 
 
 def _payload(i: int, size: int):
@@ -230,30 +221,6 @@ def test_interrupt_with_a_group_in_flight_cleans_up(tmp_path):
 
 def test_write_error_on_the_pool_is_an_io_error_value(tmp_path):
     """RLIMIT_FSIZE in a forked child: the pool thread's writev fails with EFBIG (SIGXFSZ ignored)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never returns into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-            rt = drt.DatasetRuntime(num_workers=2)
-            items = [(bytes([i % 251]) * (100 * 1024), {"a": i}) for i in range(200)]
-            results = rt.write_cache([Raw("big", items), Raw("small", [(b"x", {"a": 1})])], tmp_path, writer_config=QUIET)
-            rt.close()
-            os.write(write_end, json.dumps([[type(r).__name__, str(r[0]), str(r[1])] for r in results]).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        payload = f.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    (big, small) = json.loads(payload)
-    assert big[:2] == ["CacheWriteError", "big"]
-    assert big[2].startswith("I/O error: File too large (os error 27)"), big[2]
-    assert small[:2] == ["CacheWriteSuccess", "small"]
-    assert sorted(os.listdir(tmp_path)) == ["small", "tmp"]
-    assert os.listdir(tmp_path / "tmp") == []
+    items = [(bytes([i % 251]) * (100 * 1024), {"a": i}) for i in range(200)]
+    big, small = write_past_fsize_limit(tmp_path, 1 << 20, 2, items)
+    assert_big_failed_small_written(tmp_path, big, small)
