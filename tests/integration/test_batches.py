@@ -103,6 +103,40 @@ def test_metadata_read_after_a_later_update_is_still_the_planned_table(write_cac
         assert batches[0].metadata is batches[0].metadata  # built once
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["inline", "workers"])
+def test_recycled_batch_buffers_never_change_what_the_consumer_holds(write_caches, rt, parallel):
+    """Payload buffers are reused only when unreachable: a kept batch, a numpy view, a memoryview
+    or a torch tensor of a batch's data keeps its bytes; dropped batches' buffers are reused."""
+    torch = pytest.importorskip("torch")
+    paths = write_caches({"a": 300, "b": 200})
+    ds, ref = _pairs(paths, rt if parallel else None, shuffle=True)
+    for d in (ds, ref):
+        d.set_epoch_len(3000)
+    want = [(bytes(s.data), s.cache_id, s.sample_id) for s in ref]
+    kept, views, mviews, tensors, bases = [], [], [], [], set()
+    position = 0
+    for k, batch in enumerate(ds.iter_batches(16)):
+        bases.add(id(batch.data.base))
+        if k % 5 == 0:
+            kept.append((position, batch))
+        elif k % 5 == 1:
+            views.append((position, batch.offsets.copy(), batch.data[:]))
+        elif k % 5 == 2:
+            mviews.append((position, batch.offsets.copy(), memoryview(batch.data)))
+        elif k % 5 == 3:
+            tensors.append((position, batch.offsets.copy(), torch.frombuffer(batch.data, dtype=torch.uint8)))
+        position += len(batch)
+    assert position == 3000
+    for first, batch in kept:
+        assert [bytes(batch.payload(i)) for i in range(len(batch))] == [w[0] for w in want[first:first + len(batch)]]
+    for first, offsets, data in views + mviews + tensors:
+        raw = bytes(data.numpy()) if hasattr(data, "numpy") else bytes(data)
+        got = [raw[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+        assert got == [w[0] for w in want[first:first + len(got)]]
+    # every fifth batch was dropped at once, so some buffers came back (and 4 of 5 stayed held)
+    assert len(bases) < 3000 // 16
+
+
 def test_drop_last_and_without_metadata(write_caches):
     paths = write_caches({"a": 10})
     ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=1, shuffle=False))
