@@ -13,6 +13,8 @@ import random
 import polars as pl
 import pytest
 
+import datasetrt as drt
+
 from datasetrt.runtime.run import ParallelRun
 from tests.runtime.conftest import MiB, compressible, pair, varied_items, write_cache
 
@@ -214,3 +216,31 @@ def test_five_concurrent_datasets_on_one_worker(runtimes, tmp_path):
     want, got = results
     for g, w in zip(got, want):
         assert_same(g, w)
+
+
+# -- the head start: a fresh runtime reads the head of its first window in-process ----------------
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("scenario", ["plain", "weighted", "batches"])
+def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method, scenario):
+    """Whatever the split between the in-process head and the workers (it depends on when they
+    become ready), the window is bit-identical to the in-process reader's: weighted draws,
+    oversize records (in-process fallback), task splits and batch alignment included."""
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    try:
+        ref, par = pair(mixed, rt, seed=13, shuffle=True, prefetch_size=64)
+        for ds in (ref, par):
+            if scenario == "weighted":
+                _weighted(ds)
+            ds.set_epoch_len(20_000)
+        if scenario == "batches":
+            flat = lambda d: [(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))  # noqa: E731
+                              for b in d.iter_batches(37) for i in range(len(b))]
+            got, want = flat(par), flat(ref)
+            assert len(got) == 20_000 and got == want
+        else:
+            assert_same(list(par), list(ref))
+        assert rt._readers.all_ready  # the workers took over before the end
+    finally:
+        rt.close()
