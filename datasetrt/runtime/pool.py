@@ -16,6 +16,7 @@ import io
 import itertools
 import os
 import pickle
+import signal
 import sys
 import time
 import weakref
@@ -28,9 +29,9 @@ from multiprocess.connection import wait
 from multiprocess.context import SpawnProcess, reduction, set_spawning_popen
 
 from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerError, WorkerTimeoutError
-from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerReady
+from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerExited, WorkerForked, WorkerReady
 from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
-from datasetrt.runtime.worker import worker_main
+from datasetrt.runtime.worker import worker_main, zygote_main
 
 START_METHODS = ("fork", "spawn")
 _STOPPED = "reader workers are stopped (DatasetRuntime.close() or an earlier worker failure); start a new iterator"
@@ -64,6 +65,9 @@ class WorkerPool:
         self.closed = False
         self.launched_at = 0.0
         self._finalizer = None
+        self._zygote = None  # spawn: the process that forks the workers
+        self._zygote_pidfd: int | None = None
+        self._status: _StatusChannel | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -83,8 +87,11 @@ class WorkerPool:
         by the next poll like any other crash."""
         sweep_stale_runs()
         self.launched_at = time.monotonic()
+        if self.start_method == "spawn":
+            self._launch_zygote()
+            return
         ctx = mp.get_context(self.start_method)
-        process_class = _ReaderSpawnProcess if self.start_method == "spawn" else ctx.Process
+        process_class = ctx.Process
         if self.start_method == "fork":
             # Forked children inherit every object in the permanent generation, which their
             # garbage collections never traverse, so they do not copy-on-write the parent's
@@ -113,6 +120,37 @@ class WorkerPool:
             self.close()
             raise
 
+    def _launch_zygote(self) -> None:
+        """spawn: one fresh interpreter (the zygote, `worker.zygote_main`) forks the workers, so
+        they share its pages; the zygote reports their pids and exit codes on a status pipe."""
+        ctx = mp.get_context("spawn")
+        try:
+            ends = [(ctx.Pipe(duplex=False), ctx.Pipe(duplex=False)) for _ in range(self.num_workers)]
+            status_r, status_w = ctx.Pipe(duplex=False)
+            self._status = _StatusChannel(status_r)
+            zygote = _ReaderSpawnProcess(target=zygote_main, name="datasetrt-reader-zygote", daemon=True,
+                                         args=([t[0] for t, _ in ends], [r[1] for _, r in ends], status_w, os.getpid()))
+            with _main_module_hidden():
+                zygote.start()
+            self._zygote = zygote
+            # Its `sentinel` is a pipe the workers inherit: it fires only when they are all gone.
+            # A pidfd fires when the zygote itself exits.
+            self._zygote_pidfd = os.pidfd_open(zygote.pid)
+            weakref.finalize(self, _close_fd, self._zygote_pidfd)
+            status_w.close()
+            for index, ((task_r, task_w), (res_r, res_w)) in enumerate(ends):
+                task_r.close()
+                res_w.close()
+                self.procs.append(_ForkedWorker(index, self._status))
+                self.task_conns.append(task_w)
+                self.result_conns.append(res_r)
+                self.ready.append(None)
+            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
+                                               self.run_dirs, zygote, self._status)
+        except BaseException:
+            self.close()
+            raise
+
     def close(self) -> None:
         if self.closed:
             return
@@ -120,11 +158,20 @@ class WorkerPool:
         if self._finalizer is not None:
             self._finalizer()
         else:
-            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs)
+            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs, self._zygote, self._status)
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        """Worker pids. With spawn the zygote forks them ~0.1 s after launch: this waits for its
+        reports (bounded by startup_timeout_s), so a launched pool always lists every worker."""
+        if self._status is not None and not self.closed:
+            deadline = time.monotonic() + self.startup_timeout_s
+            while any(p.pid is None for p in self.procs) and time.monotonic() < deadline:
+                if wait([self._zygote_pidfd], 0):  # the zygote is gone: no more reports
+                    self._status.pump(0.0)
+                    break
+                self._status.pump(0.05)
+        return [p.pid for p in self.procs if p.pid is not None]
 
     @property
     def all_ready(self) -> bool:
@@ -141,7 +188,7 @@ class WorkerPool:
     def check_startup(self) -> None:
         """WorkerTimeoutError when some worker has not reported ready within startup_timeout_s."""
         if not self.all_ready and time.monotonic() - self.launched_at > self.startup_timeout_s:
-            pids = self.pids
+            pids = [p.pid for p in self.procs]  # as known: never wait here
             self.close()
             raise WorkerTimeoutError(f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids})")
 
@@ -169,11 +216,14 @@ class WorkerPool:
         Raises WorkerCrashedError if a worker exited, WorkerTimeoutError if nothing arrived
         (unless idle_ok: a non-blocking check).
         """
-        ready = wait([*self.result_conns, *(p.sentinel for p in self.procs)], timeout_s)
+        waitables = [*self.result_conns, *(p.sentinel for p in self.procs if p.sentinel is not None)]
+        if self._zygote is not None:
+            waitables += [self._status.conn, self._zygote_pidfd]
+        ready = wait(waitables, timeout_s)
         if not ready and idle_ok:
             return
         if not ready:
-            pids = self.pids
+            pids = [p.pid for p in self.procs]  # as known: never wait here
             self.close()  # a hung worker must not poison later reads: the next read starts fresh
             raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {pids})")
         for worker, conn in enumerate(self.result_conns):
@@ -184,13 +234,24 @@ class WorkerPool:
                     except (EOFError, OSError):
                         self._raise_dead(worker)
                     self._route(msg)
+        if self._zygote is not None and self._status.conn in ready:
+            self._status.pump(0.0)
         for worker, proc in enumerate(self.procs):
-            if proc.sentinel in ready:
+            if proc.sentinel is not None and proc.sentinel in ready:
                 self._raise_dead(worker)
+        if self._zygote is not None and self._zygote_pidfd in ready:
+            self._zygote.join(0.5)
+            code = self._zygote.exitcode
+            self.close()
+            raise WorkerCrashedError(f"the process that forks the reader workers (pid {self._zygote.pid}) "
+                                     f"exited (code {code}); the workers were stopped")
 
     def _route(self, msg: object) -> None:
         if isinstance(msg, WorkerReady):
             self.ready[msg.worker] = msg
+            proc = self.procs[msg.worker]
+            if isinstance(proc, _ForkedWorker):
+                proc.forked(msg.pid)
             return
         if isinstance(msg, (TaskDone, TaskFailed)):
             if msg.task_id >= 0:
@@ -201,11 +262,100 @@ class WorkerPool:
 
     def _raise_dead(self, worker: int) -> None:
         proc = self.procs[worker]
-        proc.join(0.5)
+        proc.join(5.0 if isinstance(proc, _ForkedWorker) else 0.5)  # forked: the zygote reports the code
         code = proc.exitcode
         self.close()
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}")
+
+
+class _StatusChannel:
+    """The zygote's status pipe: WorkerForked / WorkerExited messages, dispatched to the workers."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.workers: dict[int, _ForkedWorker] = {}
+        self.ended = False  # the zygote closed its end (exited): nothing more will arrive
+
+    def pump(self, timeout_s: float) -> None:
+        """Read every message that arrives within timeout_s (0: what is there now)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    return
+                msg = pickle.loads(self.conn.recv_bytes())
+            except (EOFError, OSError):
+                self.ended = True  # the zygote is gone (it reported everything it could)
+                return
+            worker = self.workers.get(msg.worker)
+            if worker is not None:
+                if isinstance(msg, WorkerForked):
+                    worker.forked(msg.pid)
+                elif isinstance(msg, WorkerExited):
+                    worker.exitcode = msg.exitcode
+            if timeout_s == 0.0 and not self.conn.poll(0):
+                return
+
+
+class _ForkedWorker:
+    """A reader worker forked by the zygote (a grandchild): liveness through a pidfd, exit code
+    as the zygote reports it. Duck-types what the pool uses of a `multiprocess` Process."""
+
+    def __init__(self, index: int, status: _StatusChannel) -> None:
+        self.index = index
+        self.pid: int | None = None
+        self.exitcode: int | None = None
+        self.sentinel: int | None = None  # the pidfd, once the pid is known
+        self._status = status
+        status.workers[index] = self
+
+    def forked(self, pid: int) -> None:
+        if self.pid is not None:
+            return
+        self.pid = pid
+        try:
+            self.sentinel = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.sentinel = None
+            self.exitcode = self.exitcode if self.exitcode is not None else -1
+        weakref.finalize(self, _close_fd, self.sentinel)
+
+    def is_alive(self) -> bool:
+        if self.sentinel is None:
+            return self.pid is not None and self.exitcode is None
+        return not wait([self.sentinel], 0)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the process exited and its exit code arrived (at most `timeout` seconds)."""
+        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
+        if self.sentinel is not None:
+            wait([self.sentinel], max(0.0, deadline - time.monotonic()))
+        while self.exitcode is None and not self._status.ended and time.monotonic() < deadline:
+            if self.sentinel is not None and self.is_alive():
+                return
+            self._status.pump(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if self.pid is not None and self.is_alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _close_fd(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class _LeanSpawnPopen(popen_spawn_posix.Popen):
@@ -274,7 +424,8 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set) -> None:
+def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set, zygote=None,
+              status: _StatusChannel | None = None) -> None:
     """Stop workers: Shutdown message, join, then terminate and kill; close every pipe; remove
     the /dev/shm directories of runs still open. Runs at close(), garbage collection, or
     interpreter exit (weakref.finalize's atexit hook, before module teardown)."""
@@ -284,13 +435,30 @@ def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set) 
         except (OSError, ValueError):
             pass
     for proc in procs:
+        if proc.pid is None and zygote is not None:
+            continue  # never forked: the zygote's end below covers it
         proc.join(JOIN_TIMEOUT_S)
         if proc.is_alive():
             proc.terminate()
             proc.join(JOIN_TIMEOUT_S)
         if proc.is_alive():
             proc.kill()
-            proc.join()
+            proc.join(JOIN_TIMEOUT_S)
+    if zygote is not None:
+        # It exits once its children are reaped; one that is still forking is stopped outright.
+        zygote.join(JOIN_TIMEOUT_S)
+        if zygote.is_alive():
+            zygote.kill()
+            zygote.join()
+        for proc in procs:  # forked after all (a zygote killed mid-fork leaves orphans)
+            if proc.pid is not None and proc.is_alive():
+                proc.kill()
+                proc.join(JOIN_TIMEOUT_S)
+        if status is not None:
+            try:
+                status.conn.close()
+            except OSError:
+                pass
     for conn in (*task_conns, *result_conns):
         try:
             conn.close()

@@ -77,6 +77,22 @@ class WorkerReady:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerForked:
+    """zygote -> parent (spawn): worker `worker` runs as process `pid`."""
+
+    worker: int
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerExited:
+    """zygote -> parent (spawn): worker `worker` exited (`exitcode`: negative = killed by signal)."""
+
+    worker: int
+    exitcode: int
+
+
+@dataclass(frozen=True, slots=True)
 class TaskDone:
     worker: int
     run_id: int

@@ -13,6 +13,7 @@ keeps serving.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -34,6 +35,8 @@ from datasetrt.runtime.protocol import (
     Shutdown,
     TaskDone,
     TaskFailed,
+    WorkerExited,
+    WorkerForked,
     WorkerReady,
     slot_header_bytes,
 )
@@ -55,7 +58,7 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
     except (OSError, AttributeError):
         return  # no pidfd (old kernel): rely on EOF of the task pipe
-    if os.getppid() != parent_pid:  # the parent died before the pidfd was opened
+    if select.select([pidfd], [], [], 0)[0]:  # the parent is already gone (pid not reused yet)
         os._exit(1)
 
     def watch() -> None:
@@ -139,6 +142,53 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
         reader.close()
     task_conn.close()
     result_conn.close()
+
+
+def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: int) -> None:
+    """Entry point of the spawn start method's one spawned process: fork the reader workers.
+
+    Workers forked from this small, single-purpose interpreter share its pages (imports, heap)
+    copy-on-write, so each costs a few MiB of PSS instead of a whole interpreter. Each child keeps
+    only its own two pipe ends and runs `worker_main`; the zygote reports ("forked", i, pid), reaps
+    its children and reports ("exited", i, exit code), and exits when they are all gone. It dies
+    with the parent like the workers do.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+    children: dict[int, int] = {}
+    gc.freeze()  # the children's garbage collections leave the shared pages alone
+    for index in range(len(task_conns)):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for j in range(len(task_conns)):
+                    if j != index:
+                        task_conns[j].close()
+                        result_conns[j].close()
+                status_conn.close()
+                worker_main(index, task_conns[index], result_conns[index], parent_pid)
+                code = 0
+            except BaseException:  # noqa: BLE001 - the parent sees the exit code
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        children[pid] = index
+        _send(status_conn, WorkerForked(index, pid))
+    for conn in (*task_conns, *result_conns):
+        conn.close()
+    while children:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        index = children.pop(pid, None)
+        if index is not None:
+            try:
+                _send(status_conn, WorkerExited(index, os.waitstatus_to_exitcode(status)))
+            except OSError:
+                pass  # the parent closed its end: it is shutting down
+    status_conn.close()
 
 
 def _evict_idle(readers: OrderedDict, runs: dict) -> None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import psutil
 import pytest
 
 import datasetrt as drt
@@ -85,6 +86,29 @@ def test_sigkill_mid_epoch_raises_worker_crashed_and_pool_restarts(good, method)
         gc.collect()
         assert shm_entries() == []
         assert wait_pids_gone(old) == []  # the broken pool was closed, its survivor too
+        check_usable(rt, [good])
+        assert len(rt.worker_pids) == 2 and not set(rt.worker_pids) & set(old)
+    finally:
+        rt.close()
+
+
+def test_sigkill_of_the_zygote_mid_epoch_raises_and_stops_its_workers(good):
+    """spawn: the process that forked the workers dies -> WorkerCrashedError at once, no worker
+    outlives the pool, and the next read starts a fresh zygote and workers."""
+    rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
+    try:
+        old = rt.start_workers()
+        zygote = rt._readers._zygote.pid
+        assert all(psutil.Process(pid).ppid() == zygote for pid in old)  # the workers are its children
+        it = iter(long_dataset([good], rt))
+        take(it, 5)
+        os.kill(zygote, signal.SIGKILL)
+        with pytest.raises(WorkerCrashedError, match="forks the reader workers"):
+            consume_within(it)
+        del it
+        gc.collect()
+        assert shm_entries() == []
+        assert wait_pids_gone([*old, zygote]) == []
         check_usable(rt, [good])
         assert len(rt.worker_pids) == 2 and not set(rt.worker_pids) & set(old)
     finally:
