@@ -11,6 +11,8 @@ once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
                                   into that slot
                      CloseRun     after the run ends; the worker unmaps the run's files
                      Shutdown     the worker exits 0
+  zygote -> parent   WorkerForked (spawn) worker i runs as pid p; WorkerExited: it exited
+                                  with this code (the zygote forks and reaps the workers)
   worker -> parent   WorkerReady  after start-up (pid, which heavy modules it has imported)
                      TaskDone     `rows` rows of the task are in the slot (rows < count: the
                                   slot filled; the parent submits the rest as a new task;
