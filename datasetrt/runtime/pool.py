@@ -344,8 +344,11 @@ class _ForkedWorker:
 
     def _signal(self, sig: int) -> None:
         if self.pid is not None and self.is_alive():
-            try:
-                os.kill(self.pid, sig)
+            try:  # through the pidfd: never a reused pid
+                if self.sentinel is not None:
+                    signal.pidfd_send_signal(self.sentinel, sig)
+                else:
+                    os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
 
