@@ -34,7 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SLOT_ARRAYS = 7  # json_off, json_len, data_off, data_len, cache_pos, sample_id, row
-PLAN_ARRAYS = (4, 5, 6)  # the parent writes these (cache_pos, sample_id, row); the worker the rest
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
 # process); a forked one inherits whatever the parent had.
 HEAVY_MODULES = ("numpy", "polars", "pyarrow", "torch", "pandas")

@@ -1,12 +1,13 @@
-"""Immutable population snapshot of one reader run, as an Arrow IPC file in the run directory.
+"""Immutable population snapshot as an Arrow IPC file, for torch DataLoader workers.
 
-Boundary: numpy <-> Arrow IPC file; no Polars (workers import this module). pyarrow is imported
-inside the functions: runtime.run imports this module for every parallel read, but only weighted
-populations write a snapshot, so an unweighted read never loads pyarrow.
+Boundary: numpy <-> Arrow IPC file; no Polars. pyarrow is imported inside the functions. Used by
+`integrations/torch.py`: a spawned torch worker maps the weighted population instead of receiving
+it pickled. (Reader worker processes need none: the parent writes each task's planned rows into
+the task's ring slot.)
 
 Columns (one row per active row): cache_pos int64, sample_id uint64, cum float64 (the weighted
-sampler's running sums: entries 0..n-2 are used, entry n-1 is padding). Workers open it with a
-read-only memory map, zero copy, so every worker shares the parent's page-cache pages.
+sampler's running sums: entries 0..n-2 are used, entry n-1 is padding). Readers open it with a
+read-only memory map, zero copy, so every process shares the same page-cache pages.
 """
 
 from __future__ import annotations
@@ -40,11 +41,6 @@ def write_snapshot(run_dir: Path, cache_pos: np.ndarray, sample_id: np.ndarray, 
     with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     return path
-
-
-def snapshot_bytes(rows: int) -> int:
-    """Size estimate used by the memory bound (three 8-byte columns plus framing)."""
-    return 24 * rows + 4096
 
 
 def read_snapshot(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.MemoryMappedFile]:
