@@ -184,19 +184,9 @@ def run_torch(spec: dict) -> dict:
         for batch in loader:
             if rep == 0 and count == 0:
                 result["first_sample_s"] = time.perf_counter() - start
-            if fixed:
-                arr = batch.numpy()
-                count += arr.shape[0]
-                nbytes += arr.nbytes
-                if d is not None:
-                    for row in arr:
-                        d.add(row)
-            else:
-                count += len(batch)
-                for a in batch:
-                    nbytes += a.nbytes
-                    if d is not None:
-                        d.add(a)
+            n_rows, n_bytes = _count_rows(batch.numpy() if fixed else batch, d)
+            count += n_rows
+            nbytes += n_bytes
             stamps.append(time.perf_counter())
         dt = time.perf_counter() - t0
         if d is not None:
@@ -226,6 +216,27 @@ def build_loaderx(store: Path, payloads: list, fixed_size: int | None, dtype: st
                 rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s:s + chunk]]))
 
 
+def _count_rows(rows, d) -> tuple[int, int]:
+    """(records, bytes) of one batch: a 2-D array of fixed-size rows or a list of 1-D arrays;
+    each row goes into digest `d` when given (the digest pass)."""
+    if d is not None:
+        for row in rows:
+            d.add(row)
+    return len(rows), rows.nbytes if isinstance(rows, np.ndarray) else sum(a.nbytes for a in rows)
+
+
+def _count_loaderx(value, fixed: bool, d) -> tuple[int, int]:
+    """`_count_rows` for one loaderx batch value (Dense array or Ragged values + cu_seqlens); a
+    timed pass does not slice ragged records."""
+    if fixed:
+        return _count_rows(np.from_dlpack(value), d)
+    values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
+    if d is not None:
+        for j in range(len(cu) - 1):
+            d.add(values[cu[j]:cu[j + 1]])
+    return len(cu) - 1, values.nbytes
+
+
 def loaderx_digest(store: Path, fixed: bool, chunk: int = 256) -> dict:
     """Digest of a loaderx store's records in stored order (positions 0..N-1), read in chunks."""
     from loaderx.zrecord import Dense, Ragged
@@ -235,14 +246,7 @@ def loaderx_digest(store: Path, fixed: bool, chunk: int = 256) -> dict:
     try:
         n = len(st)
         for s in range(0, n, chunk):
-            value = st[np.arange(s, min(n, s + chunk))]
-            if fixed:
-                for row in np.from_dlpack(value):
-                    d.add(row)
-            else:
-                values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
-                for j in range(len(cu) - 1):
-                    d.add(values[cu[j]:cu[j + 1]])
+            _count_loaderx(st[np.arange(s, min(n, s + chunk))], fixed, d)
     finally:
         st.close()
     return d.result()
@@ -284,21 +288,9 @@ def run_loaderx(spec: dict) -> dict:
                 value = shard["data"]
                 if rep == 0 and count == 0:
                     result["first_sample_s"] = time.perf_counter() - start
-                if spec["fixed"]:
-                    arr = np.from_dlpack(value)
-                    count += arr.shape[0]
-                    nbytes += arr.nbytes
-                    if d is not None:
-                        for row in arr:
-                            d.add(row)
-                else:
-                    values = np.from_dlpack(value.values)
-                    cu = np.from_dlpack(value.cu_seqlens)
-                    count += len(cu) - 1
-                    nbytes += values.nbytes
-                    if d is not None:
-                        for j in range(len(cu) - 1):
-                            d.add(values[cu[j]:cu[j + 1]])
+                n_rows, n_bytes = _count_loaderx(value, spec["fixed"], d)
+                count += n_rows
+                nbytes += n_bytes
                 stamps.append(time.perf_counter())
             dt = time.perf_counter() - t0
             loader.close()
