@@ -135,8 +135,7 @@ class WorkerPool:
             self._zygote = zygote
             # Its `sentinel` is a pipe the workers inherit: it fires only when they are all gone.
             # A pidfd fires when the zygote itself exits.
-            self._zygote_pidfd = os.pidfd_open(zygote.pid)
-            weakref.finalize(self, _close_fd, self._zygote_pidfd)
+            self._zygote_pidfd = os.pidfd_open(zygote.pid)  # closed by _shutdown, exactly once
             status_w.close()
             for index, ((task_r, task_w), (res_r, res_w)) in enumerate(ends):
                 task_r.close()
@@ -146,7 +145,7 @@ class WorkerPool:
                 self.result_conns.append(res_r)
                 self.ready.append(None)
             self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
-                                               self.run_dirs, zygote, self._status)
+                                               self.run_dirs, zygote, self._status, self._zygote_pidfd)
         except BaseException:
             self.close()
             raise
@@ -158,7 +157,8 @@ class WorkerPool:
         if self._finalizer is not None:
             self._finalizer()
         else:
-            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs, self._zygote, self._status)
+            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs, self._zygote, self._status,
+                      self._zygote_pidfd)
 
     @property
     def pids(self) -> list[int]:
@@ -428,7 +428,7 @@ def _main_module_hidden() -> Iterator[None]:
 
 
 def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set, zygote=None,
-              status: _StatusChannel | None = None) -> None:
+              status: _StatusChannel | None = None, zygote_pidfd: int | None = None) -> None:
     """Stop workers: Shutdown message, join, then terminate and kill; close every pipe; remove
     the /dev/shm directories of runs still open. Runs at close(), garbage collection, or
     interpreter exit (weakref.finalize's atexit hook, before module teardown)."""
@@ -462,6 +462,7 @@ def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set, 
                 status.conn.close()
             except OSError:
                 pass
+        _close_fd(zygote_pidfd)
     for conn in (*task_conns, *result_conns):
         try:
             conn.close()
