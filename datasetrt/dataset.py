@@ -35,6 +35,7 @@ from datasetrt.errors import (
 )
 from datasetrt.format.durable import fsync_path
 from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
+from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle
 from datasetrt.records import (
     AbsentManifestTarget,
@@ -591,43 +592,6 @@ def _parse_metadata(jsons: list[str], labels: list[str], cache_pos: np.ndarray, 
     return metas
 
 
-# ------------------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """Write progress to stderr (tqdm): samples, samples/s, payload MB/s, sources done, and an ETA
-    when every source has a __len__ (sources are iterated once, never counted ahead)."""
-
-    def __init__(self, sources: list) -> None:
-        from tqdm import tqdm
-
-        self.total_sources = len(sources)
-        self.sources_done = 0
-        self.bytes = 0
-        self.start = time.perf_counter()
-        total = None
-        try:
-            if all(hasattr(type(s), "__len__") for s in sources):
-                total = sum(len(s) for s in sources)
-        except Exception:  # noqa: BLE001 - a source's __len__ is user code; progress is best effort
-            total = None
-        self.bar = tqdm(total=total, unit=" samples", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                        desc=f"datasetrt write 0/{self.total_sources} sources")
-
-    def advance(self, samples: int, nbytes: int) -> None:
-        self.bytes += nbytes
-        self.bar.update(samples)
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        self.bar.set_postfix_str(f"{self.bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
-
-    def source_done(self) -> None:
-        self.sources_done += 1
-        self.bar.set_description(f"datasetrt write {self.sources_done}/{self.total_sources} sources", refresh=False)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 class DatasetRuntime:
     """Owns the workers shared by every write and dataset built through it.
 
@@ -729,7 +693,7 @@ class DatasetRuntime:
         if comp.algo == "none" and comp.ratio != 1.0:
             raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
         items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        progress = _Progress(items) if writer_config.show_progress and items else None
+        progress = WriteProgress(items) if writer_config.show_progress and items else None
         start = time.perf_counter_ns()
         profiles: list = []
         check = _reuse_checker(writer_config) if reuse_existing else None
