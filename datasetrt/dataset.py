@@ -228,7 +228,7 @@ class CachedDataset:
     def _arrow_table(self, population: Population) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
         the frame that population was validated from, or the physical table."""
-        frame = population.source if population.source is not None else self._physical()
+        frame = population.table if population.table is not None else self._physical()
         if self._arrow_cache is None or self._arrow_cache[0] is not frame:
             self._arrow_cache = (frame, frame.to_arrow())
         return self._arrow_cache[1]
@@ -378,7 +378,7 @@ class CachedDataset:
         if not isinstance(df, pl.DataFrame):
             raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
         active: ActiveRows = validate_update(df, self._catalog, self._schema)
-        population = Population(self._catalog, active, source=df)
+        population = Population(self._catalog, active, table=df)
         with self._lock:
             self._population = population
             self._active_frame = df
