@@ -194,7 +194,8 @@ class CachedDataset:
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
         builder = self._sample_builder
         check = builder.metadata if builder.check_embedded else None
-        yield from batches(self._chunks(window, batch_size), batch_size, drop_last, self._catalog.cache_ids, table, check)
+        chunks = self._chunks(window, batch_size)
+        yield from batches(chunks, batch_size, drop_last, self._catalog.cache_ids, table, check)
 
     def _arrow_table(self, population: Population) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):

@@ -5,8 +5,9 @@ Boundary: files and mappings; knows nothing of records or tables.
 Ownership: the parent creates `/dev/shm/datasetrt-<pid>-<token>/`, every file in it (today the
 run's ring), and removes it (normal end, exception, abandoned iterator, interrupt, runtime
 close). Workers only map its files read-write and never unlink. Nothing is registered with the
-`multiprocess` resource tracker (the zygote is spawned without one: `pool._LeanSpawnPopen`). A parent killed with SIGKILL leaves its directory behind; the next
-`sweep_stale_runs()` (at every runtime start) removes directories whose owner pid is gone.
+`multiprocess` resource tracker (the zygote is spawned without one: `pool._LeanSpawnPopen`). A
+parent killed with SIGKILL leaves its directory behind; the next `sweep_stale_runs()` (at every
+runtime start) removes directories whose owner pid is gone.
 """
 
 from __future__ import annotations
