@@ -4,8 +4,8 @@ factory with dataset-rt 0.4.8's arguments, real `num_workers` (fork and spawn) a
 Boundary: imported lazily by `CachedDataset.to_torch_*` (the core never imports torch). It uses
 the dataset's population, chunks and `SampleBuilder` (the one records -> samples path,
 runtime/samples.py) and, inside torch workers, the in-process reader (`runtime.local`), the
-population snapshot (`runtime.snapshot`) and the pure planner; it knows no byte layouts. The multiprocess runtime is never used inside torch workers:
-torch's workers are the processes.
+population snapshot (`runtime.snapshot`) and the pure planner; it knows no byte layouts. The
+multiprocess runtime is never used inside torch workers: torch's workers are the processes.
 
 One plan per pass: a pass reads one planner `Window` (a pure function of population, shuffle,
 seed, start and length). With K torch workers, worker w reads plan blocks w, w+K, w+2K, ... of
