@@ -255,7 +255,7 @@ class CachedDataset:
         if sample_id >= self._catalog.counts[pos]:
             raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
         chunk = self._reader().read_chunk(np.array([pos], dtype=np.int64), np.array([sample_id], dtype=np.uint64))
-        [sample] = self._sample_builder.samples([chunk])
+        [sample] = self._sample_builder.chunk_samples(chunk)
         return sample
 
     # -- metadata table -----------------------------------------------------------------------

@@ -71,14 +71,16 @@ class LocalReader(Gatherer):
             buf = _grown(buf, used + need)  # gather everything again into one buffer that fits
         if own:
             self._out = buf
-        rows = np.full(n, -1, dtype=np.int64) if row is None else np.asarray(row, dtype=np.int64)
-        return Chunk(first, n, buf, *offsets, cache_pos, sample_id, rows)
+        if row is None:
+            row = np.empty(n, dtype=np.int64)
+            row.fill(-1)
+        return Chunk(first, n, buf, *offsets, cache_pos, sample_id, np.asarray(row, dtype=np.int64))
 
 
-def _record_offsets(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Uninitialised (json_off, json_len, data_off, data_len) int64 arrays of n rows, in the
-    order `Gatherer.gather_into` and `Chunk` take them."""
-    return tuple(np.empty(n, dtype=np.int64) for _ in range(4))
+def _record_offsets(n: int) -> np.ndarray:
+    """Uninitialised (json_off, json_len, data_off, data_len) int64 rows of n entries (one
+    allocation; unpack it), in the order `Gatherer.gather_into` and `Chunk` take them."""
+    return np.empty((4, n), dtype=np.int64)
 
 
 def _grown(out: np.ndarray, need: int) -> np.ndarray:

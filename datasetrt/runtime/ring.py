@@ -29,7 +29,11 @@ from datasetrt.runtime.slot import PARENT, SlotLayout
 
 
 class Ring:
-    """`slots` slots of `layout` in one shared file at `path` (created here, pages reserved)."""
+    """`slots` slots of `layout` in one shared file at `path` (created here, pages reserved).
+
+    Each slot's full-length views are made once, here (a view costs a few microseconds, and a
+    task reads or writes eight of them); `array`, `region` and `chunk` hand out slices of them.
+    """
 
     def __init__(self, path: Path, layout: SlotLayout, slots: int) -> None:
         self.path = path
@@ -37,6 +41,19 @@ class Ring:
         self.slots = slots
         self.map = create_shared_file(path, slots * layout.slot_bytes)
         self.free: deque[int] = deque(range(slots))
+        self._plan_names = frozenset(f.name for f in layout.arrays if f.writer == PARENT)
+        self._arrays: list[dict[str, np.ndarray]] | None = [
+            {f.name: self._view(slot, *layout.array(f.name), layout.rows) for f in layout.arrays}
+            for slot in range(slots)
+        ]
+        self._regions: list[dict[str, np.ndarray]] | None = [
+            {r.name: self._view(slot, layout.region(r.name)[0], "B", layout.region(r.name)[1]) for r in layout.regions}
+            for slot in range(slots)
+        ]
+
+    def _view(self, slot: int, offset: int, typecode: str, count: int) -> np.ndarray:
+        return np.frombuffer(self.map, dtype=np.dtype(typecode), count=count,
+                             offset=self.layout.slot_offset(slot) + offset)
 
     # -- lending ------------------------------------------------------------------------------
 
@@ -52,27 +69,24 @@ class Ring:
 
     def array(self, slot: int, name: str, count: int) -> np.ndarray:
         """Entries [0, count) of header array `name` of `slot` (a view; dtype from the layout)."""
-        offset, typecode = self.layout.array(name)
-        return np.frombuffer(self.map, dtype=np.dtype(typecode), count=count,
-                             offset=self.layout.slot_offset(slot) + offset)
+        return self._arrays[slot][name][:count]
 
     def arrays(self, slot: int, count: int) -> dict[str, np.ndarray]:
         """Every header array of `slot`, entries [0, count), by name."""
-        return {field.name: self.array(slot, field.name, count) for field in self.layout.arrays}
+        return {name: view[:count] for name, view in self._arrays[slot].items()}
 
     def region(self, slot: int, name: str) -> np.ndarray:
         """Region `name` of `slot` as a uint8 view."""
-        offset, size = self.layout.region(name)
-        return np.frombuffer(self.map, dtype=np.uint8, count=size, offset=self.layout.slot_offset(slot) + offset)
+        return self._regions[slot][name][:]
 
     def write_plan(self, slot: int, **plan: np.ndarray) -> None:
         """Write a task's plan into `slot`: one array per PARENT header array of the layout,
         by name, all of the task's length (values are cast to the array's dtype)."""
-        wanted = {f.name for f in self.layout.arrays if f.writer == PARENT}
-        if set(plan) != wanted:
-            raise ValueError(f"a {self.layout.kind!r} plan has arrays {sorted(wanted)}, got {sorted(plan)}")
+        if plan.keys() != self._plan_names:
+            raise ValueError(f"a {self.layout.kind!r} plan has arrays {sorted(self._plan_names)}, got {sorted(plan)}")
+        views = self._arrays[slot]
         for name, values in plan.items():
-            self.array(slot, name, len(values))[:] = values
+            views[name][: len(values)] = values
 
     def chunk(self, slot: int, first: int, rows: int) -> Chunk:
         """A "records" slot whose task filled `rows` rows, as the Chunk of window positions
@@ -80,8 +94,9 @@ class Ring:
         return Chunk(first, rows, self.region(slot, "data"), **self.arrays(slot, rows))
 
     def close(self) -> None:
-        """Unmap (idempotent). While a view of the ring is alive the mapping stays (BufferError
-        from mmap, ignored) and goes when the last view and this ring are collected."""
+        """Unmap (idempotent). While a view handed out is alive the mapping stays (BufferError
+        from mmap, ignored) and goes when the last such view and this ring are collected."""
+        self._arrays = self._regions = None
         try:
             self.map.close()
         except BufferError:

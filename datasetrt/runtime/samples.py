@@ -52,17 +52,19 @@ class SampleBuilder:
     def samples(self, chunks: Iterable[Chunk], transform: Callable[[CachedSample], Any] | None = None) -> Iterator[Any]:
         """The samples of `chunks`, in order (each passed through `transform` if given). A chunk
         is read before the next one is requested, as chunks require."""
-        cache_ids = self.cache_ids
         for chunk in chunks:
-            metas = self.metadata(chunk)
-            ids, sids = cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist()
-            if chunk.rows and int(chunk.data_len[: chunk.rows].sum()) >= LAZY_PAYLOAD_BYTES * chunk.rows:
-                # Large payloads: one bytes object alive at a time (see LAZY_PAYLOAD_BYTES).
-                samples = _one_at_a_time(chunk, metas, ids, sids)
-            else:
-                datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
-                samples = map(CachedSample, datas, metas, ids, sids)
+            samples = self.chunk_samples(chunk)
             yield from (samples if transform is None else map(transform, samples))
+
+    def chunk_samples(self, chunk: Chunk) -> Iterator[CachedSample]:
+        """The samples of one chunk, in order (what `samples` yields per chunk)."""
+        metas = self.metadata(chunk)
+        ids, sids = self.cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist()
+        if chunk.rows > 1 and int(chunk.data_len[: chunk.rows].sum()) >= LAZY_PAYLOAD_BYTES * chunk.rows:
+            # Large payloads: one bytes object alive at a time (see LAZY_PAYLOAD_BYTES).
+            return _one_at_a_time(chunk, metas, ids, sids)
+        datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
+        return map(CachedSample, datas, metas, ids, sids)
 
     def metadata(self, chunk: Chunk) -> list[dict]:
         """Embedded metadata of a chunk's records as dicts (checked against metadata.arrow when
@@ -72,7 +74,9 @@ class SampleBuilder:
         text, _bad = json_array(chunk.data, chunk.json_off, chunk.json_len, chunk.rows)
         if text is not None:
             try:
-                metas = json.loads(text)
+                # What json.loads(text) does with these bytes ("[" then "{" or a space: UTF-8),
+                # without its encoding detection.
+                metas = json.loads(text.decode("utf-8", "surrogatepass"))
             except (ValueError, RecursionError):
                 pass
         if metas is None:

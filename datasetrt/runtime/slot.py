@@ -117,30 +117,42 @@ class SlotLayout:
 
 
 class WorkerSlot:
-    """One slot of a mapped ring as memoryviews (the worker's view; no numpy).
+    """One slot of a mapped ring as memoryviews, by name (the worker's view; no numpy).
 
-    `ring` is a writable byte memoryview of the whole ring. Views are slices of it: release them
-    (or drop the WorkerSlot) before the ring is unmapped.
+    `ring` is a writable byte memoryview of the whole ring. The full-length views are made once
+    (a worker keeps one WorkerSlot per slot it fills); `array` and `region` hand out slices.
+    Call `release()` before the ring is unmapped: the views pin the mapping.
     """
 
-    __slots__ = ("layout", "_base", "_ring")
+    __slots__ = ("layout", "_arrays", "_regions")
 
     def __init__(self, ring: memoryview, layout: SlotLayout, slot: int) -> None:
         self.layout = layout
-        self._ring = ring
-        self._base = layout.slot_offset(slot)
+        base = layout.slot_offset(slot)
+        self._arrays: dict[str, memoryview] = {}
+        for field in layout.arrays:
+            offset, typecode = layout.array(field.name)
+            start = base + offset
+            self._arrays[field.name] = ring[start: start + layout.rows * ENTRY_BYTES].cast(typecode)
+        self._regions: dict[str, memoryview] = {}
+        for region in layout.regions:
+            offset, size = layout.region(region.name)
+            self._regions[region.name] = ring[base + offset: base + offset + size]
 
     def array(self, name: str, count: int) -> memoryview:
         """Entries [0, count) of header array `name`, cast to its typecode."""
-        offset, typecode = self.layout.array(name)
-        start = self._base + offset
-        return self._ring[start: start + count * ENTRY_BYTES].cast(typecode)
+        return self._arrays[name][:count]
 
     def region(self, name: str) -> memoryview:
         """Region `name` as bytes."""
-        offset, size = self.layout.region(name)
-        start = self._base + offset
-        return self._ring[start: start + size]
+        return self._regions[name]
+
+    def release(self) -> None:
+        """Release every view (idempotent); the slot is unusable afterwards."""
+        for view in (*self._arrays.values(), *self._regions.values()):
+            view.release()
+        self._arrays.clear()
+        self._regions.clear()
 
 
 def _pages(nbytes: int) -> int:

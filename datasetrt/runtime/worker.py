@@ -79,12 +79,18 @@ class _Run:
         self.fill = FILLERS[spec.layout.kind]
         self.ring = attach_shared_file(Path(spec.ring_path), writable=True)
         self.view = memoryview(self.ring)
+        self.slots: dict[int, WorkerSlot] = {}  # views of the slots this worker filled, made once
 
     def execute(self, task: ReadTask) -> tuple[int, int]:
         """Fill the task's slot from the plan in its header: (rows, need_bytes) for TaskDone."""
-        return self.fill(self.reader, WorkerSlot(self.view, self.layout, task.slot), task.count)
+        slot = self.slots.get(task.slot)
+        if slot is None:
+            slot = self.slots[task.slot] = WorkerSlot(self.view, self.layout, task.slot)
+        return self.fill(self.reader, slot, task.count)
 
     def close(self) -> None:
+        for slot in self.slots.values():
+            slot.release()
         self.view.release()
         self.ring.close()
 

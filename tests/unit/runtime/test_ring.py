@@ -34,7 +34,7 @@ def test_plan_written_by_the_parent_is_what_the_worker_reads(ring):
     assert slot.array("cache_pos", 3).tolist() == [2, 0, 1]
     assert slot.array("sample_id", 3).tolist() == [5, 2**64 - 1, 0]
     assert slot.array("row", 3).tolist() == [10, 11, 12]
-    del slot
+    slot.release()
     view.release()
 
 
@@ -45,7 +45,7 @@ def test_results_written_by_the_worker_are_the_parents_chunk(ring):
     for name, values in (("json_off", [0, 5]), ("json_len", [2, 2]), ("data_off", [2, 7]), ("data_len", [3, 1])):
         slot.array(name, 2)[:] = memoryview(np.array(values, dtype=np.int64).tobytes()).cast("q")
     slot.region("data")[:8] = b"{}abc{}z"
-    del slot
+    slot.release()
     view.release()
     chunk = ring.chunk(2, first=40, rows=2)
     assert (chunk.first, chunk.rows) == (40, 2)

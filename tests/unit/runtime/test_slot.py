@@ -71,8 +71,10 @@ def test_worker_view_reads_and_writes_the_named_bytes():
     assert ring[base + layout.header_bytes: base + layout.header_bytes + 3] == b"abc"
     assert len(data) == layout.slot_bytes - layout.header_bytes
     assert not any(ring[: layout.slot_bytes])  # slot 0 untouched
-    del sample_id, data, slot
+    del sample_id, data
+    slot.release()
     view.release()
+    ring.append(0)  # no view pins the buffer any more (a bytearray with exports cannot grow)
 
 
 def test_layout_pickles_as_plain_data():
