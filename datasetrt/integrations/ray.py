@@ -160,11 +160,9 @@ def _groups(dataset: Any, rows_per_cache: int):
     try:
         group, first, taken, slices = 0, 0, 0, []
         for bundle in dataset.iter_internal_ref_bundles():
-            for ref, meta in bundle.blocks:
-                n = meta.num_rows
-                start = 0
-                while start < n:
-                    take = min(n - start, rows_per_cache - taken)
+            for ref, start, stop in _bundle_slices(bundle):
+                while start < stop:
+                    take = min(stop - start, rows_per_cache - taken)
                     slices.append((ref, start, start + take))
                     taken += take
                     start += take
@@ -175,6 +173,30 @@ def _groups(dataset: Any, rows_per_cache: int):
             yield group, slices, first, taken
     finally:
         context.execution_options.preserve_order = keep
+
+
+def _bundle_slices(bundle: Any):
+    """(block ref, start row, stop row) of each block of a Ray Data RefBundle: the bundle's slice of
+    the block when it has one, else the whole block (its row count from the block metadata, or
+    counted by a small task when Ray does not know it)."""
+    import ray
+
+    slices = getattr(bundle, "slices", None) or [None] * len(bundle.blocks)
+    for entry, piece in zip(bundle.blocks, slices):
+        ref, meta = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
+        if piece is not None:
+            yield ref, piece.start_offset, piece.end_offset
+            continue
+        rows = meta.num_rows
+        if rows is None:
+            rows = ray.get(ray.remote(_count_rows).remote(ref))
+        yield ref, 0, rows
+
+
+def _count_rows(block: Any) -> int:
+    from ray.data.block import BlockAccessor
+
+    return BlockAccessor.for_block(block).num_rows()
 
 
 def _outcome(ray: Any, name: str, ref: Any, max_retries: int):
