@@ -85,8 +85,8 @@ def test_build_equals_local_writes_whatever_the_block_layout(cluster, tmp_path):
 
 
 class ExitOnceColumns(Columns):
-    """Kills its writer task (os._exit) at the second batch of group 1 on the first attempt only
-    (a marker file says it happened), after the first batch's records reached the staging dir."""
+    """Kills its writer task (os._exit) at the fourth batch of group 1 on the first attempt only
+    (a marker file says it happened, and how many shard bytes that task had staged by then)."""
 
     def __init__(self, marker: str, base: str, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -101,8 +101,8 @@ class ExitOnceColumns(Columns):
 
         def records(batch, where):
             state["batches"] += 1
-            if "cache part-kill-00001" in where.source and state["batches"] == 2 and not os.path.exists(marker):
-                staged = sum(f.stat().st_size for f in Path(base, "tmp").rglob("*.bin"))
+            if "cache part-kill-00001" in where.source and state["batches"] == 4 and not os.path.exists(marker):
+                staged = sum(f.stat().st_size for f in Path(base, "tmp", "part-kill-00001").rglob("*.bin"))
                 Path(marker).write_text(str(staged))
                 os._exit(1)
             return inner(batch, where)
