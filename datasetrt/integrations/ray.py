@@ -76,6 +76,8 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
     """
     import ray
 
+    if not isinstance(dataset, ray.data.Dataset):
+        raise ArgumentTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
     if columns is None:
         columns = Columns(payload, metadata, rename=rename, payload_spec=payload_spec, index_column=index_column)
     elif not isinstance(columns, Columns):
@@ -111,16 +113,22 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
                     progress.update(1)
 
     rows = 0
-    for group, slices, first_row, count in _groups(dataset, rows_per_cache):
-        name = f"{name_prefix}-{build}-{group:05d}"
-        description = f"Ray dataset rows {first_row}..{first_row + count - 1} (cache {name})"
-        ref = task.remote(str(base), name, slices, first_row, count, columns, task_config, threads, description)
-        pending.append((group, name, ref))
-        rows = first_row + count
-        collect(block=False)
-    collect(block=True)
-    if progress is not None:
-        progress.close()
+    try:
+        for group, slices, first_row, count in _groups(dataset, rows_per_cache):
+            name = f"{name_prefix}-{build}-{group:05d}"
+            description = f"Ray dataset rows {first_row}..{first_row + count - 1} (cache {name})"
+            ref = task.remote(str(base), name, slices, first_row, count, columns, task_config, threads, description)
+            pending.append((group, name, ref))
+            rows = first_row + count
+            collect(block=False)
+        collect(block=True)
+    except BaseException:  # interrupted or the input failed: stop the writers (their staging dirs are
+        for _, _, ref in pending:  # removed by the next write of their names)
+            ray.cancel(ref)
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
     ordered = [results[g] for g in sorted(results)]
     paths = [r.path for r in ordered if isinstance(r, CacheWriteSuccess)]
     return RayBuild(ordered, paths, build, rows)

@@ -178,3 +178,14 @@ def test_a_failing_group_is_an_error_value_and_the_others_are_written(cluster, t
     assert "Ray dataset rows 400..599 (cache part-bad-00002)" in bad.message
     assert "row 450" in bad.message and "payload column 'data' (binary) is null" in bad.message
     no_leftovers(base, ["part-bad-00000", "part-bad-00001"])
+
+
+def test_arguments_are_checked_before_anything_runs(cluster, tmp_path):
+    from datasetrt.errors import ArgumentTypeError, ConfigError
+
+    with pytest.raises(ArgumentTypeError, match="ray.data.Dataset"):
+        write_caches(pa.table({"data": [b"x"]}), tmp_path, rows_per_cache=10)
+    with pytest.raises(ConfigError, match="rows_per_cache"):
+        write_caches(ray.data.from_items([{"data": b"x"}]), tmp_path, rows_per_cache=0)
+    with pytest.raises(ConfigError, match="build_id"):
+        write_caches(ray.data.from_items([{"data": b"x"}]), tmp_path, rows_per_cache=1, build_id="a/b")
