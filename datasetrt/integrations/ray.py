@@ -78,12 +78,7 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
 
     if not isinstance(dataset, ray.data.Dataset):
         raise ArgumentTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
-    if columns is None:
-        columns = Columns(payload, metadata, rename=rename, payload_spec=payload_spec, index_column=index_column)
-    elif not isinstance(columns, Columns):
-        raise ArgumentTypeError(f"columns must be a Columns, got {type(columns).__name__}")
-    elif (payload, metadata, rename, payload_spec, index_column) != (None, None, None, None, None):
-        raise ConfigError("give either columns=Columns(...) or the column keywords, not both")
+    columns = Columns.of(columns, payload, metadata, rename, payload_spec, index_column)
     if isinstance(rows_per_cache, bool) or not isinstance(rows_per_cache, int) or rows_per_cache <= 0:
         raise ConfigError(f"rows_per_cache must be a positive int, got {rows_per_cache!r}")
     if not isinstance(writer_config, WriterConfig):

@@ -46,13 +46,7 @@ class BatchSource:
         if not isinstance(batch_bytes, int) or batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be a positive int, got {batch_bytes!r}")
         self.name = name
-        if columns is None:
-            columns = Columns(payload, metadata, rename=rename, payload_spec=payload_spec, index_column=index_column)
-        elif not isinstance(columns, Columns):
-            raise ArgumentTypeError(f"columns must be a Columns, got {type(columns).__name__}")
-        elif (payload, metadata, rename, payload_spec, index_column) != (None, None, None, None, None):
-            raise ConfigError("give either columns=Columns(...) or the column keywords, not both")
-        self.columns = columns
+        self.columns = Columns.of(columns, payload, metadata, rename, payload_spec, index_column)
         self.batch_bytes = batch_bytes
         self.payload_layout: PayloadLayout | None = self.columns.layout
 

@@ -146,6 +146,19 @@ class Columns:
         if self.metadata is not None and len(set(self.metadata)) != len(self.metadata):
             raise ConfigError(f"metadata columns repeat a name: {list(self.metadata)}")
 
+    @classmethod
+    def of(cls, columns: Columns | None = None, payload: str | None = None, metadata: Sequence[str] | None = None,
+           rename: Mapping[str, str] | None = None, payload_spec: Any = None,
+           index_column: str | None = None) -> Columns:
+        """`columns` itself, or a Columns built from the keywords (giving both is a ConfigError)."""
+        if columns is None:
+            return cls(payload, metadata, rename=rename, payload_spec=payload_spec, index_column=index_column)
+        if not isinstance(columns, Columns):
+            raise ArgumentTypeError(f"columns must be a Columns, got {type(columns).__name__}")
+        if (payload, metadata, rename, payload_spec, index_column) != (None, None, None, None, None):
+            raise ConfigError("give either columns=Columns(...) or the column keywords, not both")
+        return columns
+
     def fingerprint(self) -> dict:
         """The mapping as plain JSON values (for build fingerprints)."""
         return {
