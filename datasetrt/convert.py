@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     failed = 0
-    for source, result in zip(sources, results):
+    for result in results:
         if isinstance(result, drt.CacheWriteSuccess):
             print(f"ok   {result.path}")
         else:
