@@ -7,6 +7,7 @@ validates and stores what this yields), of files (the adapters beside it read th
 Payload column types:
   binary, large_binary, binary_view, fixed_size_binary    -> the bytes as they are
   string, large_string, string_view                       -> the UTF-8 bytes
+  struct<bytes: binary, ...> (HF Image / Audio features) -> the encoded file bytes
   list / large_list / fixed_size_list of numbers, nested  -> a typed payload: one numpy array per
     fixed_size_lists inside (list<fixed_size_list<f32,3>>)   record, C order; the layout (dtype,
                                                              shape, None = the ragged dim) is
@@ -320,11 +321,14 @@ def _metadata_values(array: pa.Array, column: str, where: Where) -> list:
 def _payload_values(column: str, t: pa.DataType, layout: PayloadLayout | None, source: str):
     if _is_binary(t) or _is_string(t):
         return _BytePayloads(column, t, layout)
+    if _is_encoded_file(t):
+        return _EncodedFilePayloads(column, t, layout)
     if _is_list(t) or pa.types.is_fixed_size_list(t):
         return _TypedPayloads(column, t, layout, source)
     what = "nested" if _is_nested(t) else "unsupported"
     raise SourceInputError(f"{source}: payload column {column!r} has {what} type {t}; a payload must be binary, "
-                           f"string, or a list / fixed-size list of numbers")
+                           f"string, an encoded file (struct with a binary 'bytes' field), or a list / "
+                           f"fixed-size list of numbers")
 
 
 class _BytePayloads:
@@ -367,6 +371,34 @@ class _BytePayloads:
             need = f"{step} bytes" if layout.ragged_axis is None else f"a multiple of {step} bytes"
             raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} holds {int(lengths[row])} bytes; "
                                    f"payload spec {layout.dtype.name} {layout.shape} needs {need}")
+
+
+def _is_encoded_file(t: pa.DataType) -> bool:
+    """A struct with a binary `bytes` field: how Hugging Face stores Image / Audio / Video features
+    (struct<bytes: binary, path: string>)."""
+    if not pa.types.is_struct(t) or t.get_field_index("bytes") < 0:
+        return False
+    return _is_binary(t.field("bytes").type)
+
+
+class _EncodedFilePayloads(_BytePayloads):
+    """Payloads of an encoded-file struct column: the encoded bytes (the image or audio file as
+    stored), never decoded. A row stored by path only (null bytes) is refused by row."""
+
+    def __init__(self, column: str, t: pa.DataType, layout: PayloadLayout | None) -> None:
+        super().__init__(column, t.field("bytes").type, layout)
+        self.struct_type = t
+
+    def __call__(self, array: pa.Array, where: Where) -> list:
+        if array.null_count:
+            raise SourceInputError(f"{where.at(_first_null(array))}: payload column {self.column!r} "
+                                   f"({self.struct_type}) is null")
+        encoded = pc.struct_field(array, "bytes")
+        if encoded.null_count:
+            raise SourceInputError(f"{where.at(_first_null(encoded))}: payload column {self.column!r} "
+                                   f"({self.struct_type}) has no bytes (a file stored by path only); embed the "
+                                   f"files first (datasets: Dataset.embed_external_files / cast_column(decode=False))")
+        return super().__call__(encoded, where)
 
 
 class _TypedPayloads:

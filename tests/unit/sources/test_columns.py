@@ -189,3 +189,11 @@ def test_byte_payload_lengths_checked_against_a_given_spec():
             payload_spec=("int32", (None,)))
     refused(table, r"row 1 .*holds 8 bytes; payload spec int32 \(1,\) needs 4 bytes", payload="p",
             payload_spec=("int32", (1,)))
+
+
+def test_encoded_file_struct_payload_is_its_bytes_field():
+    column = pa.array([{"bytes": b"\x89PNG1", "path": "a.png"}, {"bytes": b"\x89PNG22", "path": None}])
+    out, source = items(pa.table({"img": column, "n": [0, 1]}), payload="img")
+    assert out == [(b"\x89PNG1", {"n": 0}), (b"\x89PNG22", {"n": 1})] and source.payload_layout is None
+    path_only = pa.array([{"bytes": b"x", "path": None}, {"bytes": None, "path": "b.png"}])
+    refused(pa.table({"img": path_only, "n": [0, 1]}), r"row 1 .*has no bytes \(a file stored by path only\)", payload="img")

@@ -50,3 +50,15 @@ def test_null_payload_names_the_row_and_wrong_objects_are_refused():
     assert str(info.value) == "Hugging Face dataset of source 'h': row 2: payload column 'text' (string) is null"
     with pytest.raises(ArgumentTypeError):
         HFDatasetSource("h", [1, 2], payload="text")
+
+
+def test_image_feature_payload_is_the_encoded_file():
+    images = [b"\x89PNG\r\n\x1a\n" + bytes([i]) * (10 + i) for i in range(3)]  # stored as given, never decoded
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in images], "label": [0, 1, 2]},
+                                    features=datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")}))
+    out = [(bytes(memoryview(d)), m) for d, m in HFDatasetSource("img", ds, payload="image")]
+    assert out == [(b, {"label": i}) for i, b in enumerate(images)]
+    by_path = datasets.Dataset.from_dict({"image": [{"bytes": None, "path": "/nowhere/x.png"}], "label": [0]},
+                                         features=ds.features)
+    with pytest.raises(SourceInputError, match=r"row 0: payload column 'image' .* has no bytes \(a file stored by path only\)"):
+        list(HFDatasetSource("img", by_path, payload="image"))
