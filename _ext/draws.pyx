@@ -20,6 +20,8 @@ All draw loops run with the GIL released and write into a preallocated numpy arr
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from mix cimport splitmix_mix
+
 import numpy as np
 
 cdef extern from *:
@@ -239,12 +241,6 @@ def weighted_draws(uint64_t seed, const double[::1] cum, double scale, uint64_t 
     return result
 
 
-cdef inline uint64_t _splitmix_mix(uint64_t z) noexcept nogil:
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
-    return z ^ (z >> 31)
-
-
 def derive_seed(uint64_t common, uint32_t rank, uint32_t worker):
     """dataset-rt's per-(rank, worker) seed: ``mix(((rank << 32) | worker) ^ mix(common ^ K))``.
 
@@ -252,5 +248,5 @@ def derive_seed(uint64_t common, uint32_t rank, uint32_t worker):
     ``K = 0x4453545253454544`` (b"DSTRSEED"); all arithmetic mod 2**64. ``common`` in [0, 2**64),
     ``rank``/``worker`` in [0, 2**32) (OverflowError otherwise). Returns a Python int.
     """
-    cdef uint64_t key = _splitmix_mix(common ^ 0x4453545253454544ULL)
-    return _splitmix_mix(((<uint64_t>rank << 32) | worker) ^ key)
+    cdef uint64_t key = splitmix_mix(common ^ 0x4453545253454544ULL)
+    return splitmix_mix(((<uint64_t>rank << 32) | worker) ^ key)
