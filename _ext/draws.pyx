@@ -20,7 +20,7 @@ All draw loops run with the GIL released and write into a preallocated numpy arr
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from mix cimport splitmix_mix
+from planning cimport bisect_right, splitmix_mix
 
 import numpy as np
 
@@ -143,23 +143,11 @@ cdef inline uint64_t _double_to_bits(double x) noexcept nogil:
 cdef double _ONE_MINUS_EPS = _bits_to_double(0x3FEFFFFFFFFFFFFEULL)
 
 
-cdef inline Py_ssize_t _bisect_right(const double* cum, Py_ssize_t m, double x) noexcept nogil:
-    """Number of entries of the sorted ``cum[0:m]`` that are <= x (O(log m))."""
-    cdef Py_ssize_t lo = 0, hi = m, mid
-    while lo < hi:
-        mid = lo + ((hi - lo) >> 1)
-        if cum[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 cdef inline Py_ssize_t _weighted(DrawRng* rng, const double* cum, Py_ssize_t m,
                                  double scale) noexcept nogil:
     """rand 0.8 ``WeightedIndex<f64>`` sample: u in [0, 1) from 52 bits, times scale, bisect."""
     cdef double u = _bits_to_double((_next_u64(rng) >> 12) | (<uint64_t>1023 << 52)) - 1.0
-    return _bisect_right(cum, m, u * scale)
+    return bisect_right(cum, m, u * scale)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from libc.stdint cimport int16_t, int64_t, uint64_t
 
 import numpy as np
 
-from mix cimport splitmix_mix
+from planning cimport bisect_right, splitmix_mix
 
 cdef extern from *:
     int clzll "__builtin_clzll"(unsigned long long x) noexcept nogil
@@ -88,18 +88,6 @@ cdef inline uint64_t _permute(const Feistel* f, uint64_t x) noexcept nogil:
     return x
 
 
-cdef inline Py_ssize_t _bisect_right(const int64_t* ends, Py_ssize_t m, int64_t x) noexcept nogil:
-    """Number of entries of the sorted ``ends[0:m]`` that are <= x (O(log m))."""
-    cdef Py_ssize_t lo = 0, hi = m, mid
-    while lo < hi:
-        mid = lo + ((hi - lo) >> 1)
-        if ends[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 cdef void _permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first, Py_ssize_t count,
                     const int64_t* ends, Py_ssize_t m, int64_t* out) noexcept nogil:
     """Positions [first, first+count) of the epoch-concatenated order of [0, total); through
@@ -116,15 +104,23 @@ cdef void _permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first
             t = 0
             _feistel_init(&f, _epoch_key(seed, label, epoch), total)
         y = _permute(&f, t)
-        out[i] = <int64_t>y if ends == NULL else <int64_t>_bisect_right(ends, m, <int64_t>y)
+        out[i] = <int64_t>y if ends == NULL else <int64_t>bisect_right(ends, m, <int64_t>y)
         t += 1
 
 
-def _check_range(int64_t first, Py_ssize_t count) -> None:
+cdef object _run_permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first, Py_ssize_t count,
+                          const int64_t* ends, Py_ssize_t m):
+    """Checks the position range, allocates the int64 result and runs `_permuted` without the GIL."""
     if first < 0 or count < 0:
         raise ValueError("permuted: first and count must be >= 0")
     if count and first > 0x7FFFFFFFFFFFFFFF - count:
         raise OverflowError("permuted: positions past 2**63 - 1")
+    result = np.empty(count, dtype=np.int64)
+    cdef int64_t[::1] out = result
+    if count:
+        with nogil:
+            _permuted(seed, label, total, first, count, ends, m, &out[0])
+    return result
 
 
 def permutation_key(uint64_t seed, uint64_t label, uint64_t epoch):
@@ -164,13 +160,7 @@ def permuted(uint64_t seed, uint64_t label, int64_t total, int64_t first, Py_ssi
     O(1) memory besides the result, GIL released. ``total >= 1``; positions stay below 2**63."""
     if total < 1:
         raise ValueError("permuted: total must be >= 1")
-    _check_range(first, count)
-    result = np.empty(count, dtype=np.int64)
-    cdef int64_t[::1] out = result
-    if count:
-        with nogil:
-            _permuted(seed, label, <uint64_t>total, first, count, NULL, 0, &out[0])
-    return result
+    return _run_permuted(seed, label, <uint64_t>total, first, count, NULL, 0)
 
 
 def permuted_repeats(uint64_t seed, uint64_t label, const int64_t[::1] ends, int64_t first, Py_ssize_t count):
@@ -181,13 +171,7 @@ def permuted_repeats(uint64_t seed, uint64_t label, const int64_t[::1] ends, int
     cdef Py_ssize_t m = ends.shape[0]
     if m < 1 or ends[m - 1] < 1:
         raise ValueError("permuted_repeats: need at least one row with a repeat count >= 1")
-    _check_range(first, count)
-    result = np.empty(count, dtype=np.int64)
-    cdef int64_t[::1] out = result
-    if count:
-        with nogil:
-            _permuted(seed, label, <uint64_t>ends[m - 1], first, count, &ends[0], m, &out[0])
-    return result
+    return _run_permuted(seed, label, <uint64_t>ends[m - 1], first, count, &ends[0], m)
 
 
 def quota_schedule(const int64_t[::1] weights):
@@ -408,6 +392,6 @@ cdef class StreamTables:
                 cur[s].t += 1
                 cur[s].pos += 1
                 if tab.ends != NULL:
-                    y = _bisect_right(tab.ends, tab.n_rows, y)
+                    y = bisect_right(tab.ends, tab.n_rows, y)
                 out[i] = tab.row_base + y if tab.rows == NULL else tab.rows[y]
         PyMem_Free(cur)
