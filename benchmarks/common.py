@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -160,6 +161,14 @@ def _fmt(x: float) -> str:
 def save_json(path: Path, measurements: list[Measurement], extra: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": machine_facts(), **extra, "measurements": [asdict(m) for m in measurements]}, indent=2))
+
+
+def exit_on_different_bytes(failures: list[str]) -> None:
+    """End of a run: list the byte mismatches and exit 1, or say that every contender agreed."""
+    if failures:
+        print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
+        sys.exit(1)
+    print("\nall contenders produced the same bytes")
 
 
 def p95_ms(t0: float, stamps: list[float]) -> float | None:

@@ -68,7 +68,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import (Measurement, datasetrt_pass, machine_facts, make_many_caches, open_caches, record_rep,
+from benchmarks.common import (Measurement, datasetrt_pass, exit_on_different_bytes, machine_facts, make_many_caches, open_caches, record_rep,
                                save_json, write_cache)
 from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, load_flat, loaderx_digest, new_result, run_memmap_gather
 from benchmarks.reader import PREFETCH, SEED
@@ -757,10 +757,7 @@ def main() -> None:
             print(f"\nplot: {args.plot}")
         except ImportError:
             print("\nplot skipped: matplotlib is not installed")
-    if failures:
-        print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
-        sys.exit(1)
-    print("\nall contenders produced the same bytes")
+    exit_on_different_bytes(failures)
 
 
 if __name__ == "__main__":

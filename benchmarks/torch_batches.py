@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -202,7 +201,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_child(json.loads(args.child))), flush=True)
         return
-    from benchmarks.common import machine_facts
+    from benchmarks.common import exit_on_different_bytes, machine_facts
     from benchmarks.run import prepare
 
     mode = args.mode or "quick"
@@ -221,10 +220,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine_facts(), "mode": mode, "rows": rows,
                                     "median_samples_per_s": {f"{c} | {k}": s["rate"] for (c, k), s in summarize(rows).items()}}, indent=2))
-    if failures:
-        print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
-        sys.exit(1)
-    print("\nall contenders produced the same bytes")
+    exit_on_different_bytes(failures)
 
 
 if __name__ == "__main__":
