@@ -72,7 +72,7 @@ from benchmarks.common import (Measurement, datasetrt_pass, exit_on_different_by
                                save_json, write_cache)
 from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, load_flat, loaderx_digest, new_result, run_memmap_gather
 from benchmarks.reader import PREFETCH, SEED
-from benchmarks.stream_peers import LITDATA, STREAMING, installed, run_build, run_stream_peer
+from benchmarks.stream_peers import INSTALL_HINT, LITDATA, STREAMING, installed, run_build, run_stream_peer
 from benchmarks.targets import DEFAULT_BASELINE, baseline_of, load_baseline, read_targets, render, torch_targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,7 +184,7 @@ def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[s
             out["loaderx_errors"][codec] = f"{type(exc).__name__}: {exc}"
         for peer in (STREAMING, LITDATA) if stream_peers else ():
             if not installed(peer):
-                out["stores"][(peer, codec)] = {"error": "not installed (pip install -e '.[bench]' torch==2.13.0)"}
+                out["stores"][(peer, codec)] = {"error": f"not installed ({INSTALL_HINT})"}
                 continue
             store = workdir / f"{peer.split()[-1].lower()}-{codec}"
             out["stores"][(peer, codec)] = contender_child({"task": "build", "contender": peer, "flat": str(flat), "typed": typed,

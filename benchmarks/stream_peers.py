@@ -54,7 +54,7 @@ from benchmarks.peers import BATCH, batch_passes, count_rows, load_flat, new_res
 STREAMING = "MosaicML Streaming"
 LITDATA = "LitData"
 SHARD_BYTES = 1 << 26  # 64 MiB shards / chunks on both sides
-INSTALL_HINT = "pip install -e '.[bench]' torch==2.13.0"
+INSTALL_HINT = "the bench extra: pip install mosaicml-streaming litdata torch==2.13.0"
 
 
 def installed(contender: str) -> bool:

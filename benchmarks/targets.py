@@ -14,6 +14,7 @@ absent (e.g. `to_torch_batches` before it exists) is "not measured".
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
@@ -32,9 +33,9 @@ def _med(xs) -> float | None:
 
 
 def _row_key(r: dict) -> str:
-    """A row's identity independent of the record count: "4 KiB none ordered | datasetrt"."""
+    """A row's identity independent of the record count: "4 KiB none ordered: datasetrt"."""
     order = r["workload"].rsplit(" ", 1)[-1]
-    return f"{r['base']} {r['algo']} {order} | {r['contender']}"
+    return f"{r['base']} {r['algo']} {order}: {r['contender']}"
 
 
 def _by_workload(rows: list[dict]) -> dict[str, dict[str, dict]]:
@@ -165,3 +166,48 @@ def load_baseline(path: Path | None, mode: str) -> tuple[dict | None, str]:
     if doc.get("mode") != mode:
         note += f"; this run is --{mode} (CPU per GiB compares across modes; PSS only roughly)"
     return doc, note
+
+
+def issue11_tables(doc: dict) -> str:
+    """Markdown of a suite JSON's issue 11 rows: the int32[512] read rows, datasetrt with 2 reader
+    workers vs in-process (samples/s and CPU per GiB), Streaming and LitData beside datasetrt and
+    loaderx on the byte workloads, and the torch end to end."""
+    from benchmarks.run import table
+    from benchmarks.torch_batches import table as torch_table
+
+    rows = doc["rows"]
+    out = ["### int32[512] read rows", "", table([r for r in rows if r["base"] == TOKENS512]), "",
+           "### datasetrt: 2 reader workers vs in-process, CPU per GiB", "",
+           "| workload | path | samples/s, 2 workers | samples/s, in-process | workers / in-process "
+           "| parent CPU s/GiB, 2 workers | workers CPU s/GiB | CPU s/GiB in-process |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for wl, cs in _by_workload(rows).items():
+        for path, w, ip in (("per-sample", OURS, "datasetrt in-process"), ("batches", BATCHES, BATCHES_INPROC)):
+            if w in cs and ip in cs:
+                a, b = cs[w], cs[ip]
+                out.append(f"| {wl} | {path} | {_med(a['rates']):,.0f} | {_med(b['rates']):,.0f} | "
+                           f"{_med(a['rates']) / _med(b['rates']):.2f}x | {_med(a['cpu_parent_s_per_gib']):.2f} | "
+                           f"{_med(a['cpu_workers_s_per_gib']):.2f} | {_med(b['cpu_parent_s_per_gib']):.2f} |")
+    keep = (OURS, BATCHES, LOADERX, STREAMING, LITDATA)
+    out += ["", "### MosaicML Streaming and LitData beside datasetrt and loaderx (byte workloads)", "",
+            table([r for r in rows if r["base"] != TOKENS512 and r["contender"] in keep])]
+    if doc.get("torch_rows"):
+        out += ["", "### torch end to end", "", torch_table(doc["torch_rows"])]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Issue 11's targets and tables from a benchmarks.run JSON")
+    parser.add_argument("suite_json", type=Path, help="e.g. bench-out/suite.json")
+    parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE)
+    args = parser.parse_args()
+    doc = json.loads(args.suite_json.read_text())
+    baseline, note = load_baseline(args.baseline, doc["mode"])
+    print(f"issue 11 targets ({note})\n")
+    print(render(read_targets(doc["rows"], baseline) + torch_targets(doc.get("torch_rows") or [])))
+    print()
+    print(issue11_tables(doc))
+
+
+if __name__ == "__main__":
+    main()
