@@ -4,7 +4,7 @@ with issue 11's targets table (benchmarks.targets).
 Workloads (generated deterministically, seed 11): fixed 4 KiB and 150 KiB records, variable 1-64
 KiB records, a compressible token-like corpus (int32 sequences, zipf token ids, 128-2048 tokens)
 written with lz4 and zstd, and int32[512] (fixed 512-token int32 records, 2 KiB, zipf ids; the
-datasetrt cache typed `PayloadSpec("int32", (512,))` when datasetrt has it) read as [256, 512]
+datasetrt cache typed `PayloadSpec("<i4", (512,))` when datasetrt has it) read as [256, 512]
 int32 arrays; metadata columns label (str), n (int), score (float).
 
 Read contenders, same data and same worker count in one run, each in a fresh subprocess:
