@@ -12,17 +12,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-CompressionAlgo = Literal["none", "lz4", "zstd"]
+from datasetrt.codecs import CODEC_NAMES, CONFIG_LEVEL_DEFAULT, CONFIG_LEVEL_MAX, CONFIG_LEVEL_MIN
+
+# The codec table's names ("none", "lz4", "zstd"); a Literal so pydantic reports `literal_error`.
+CompressionAlgo = Literal[CODEC_NAMES]  # type: ignore[valid-type]
 
 DEFAULT_MAX_SHARD_BYTES = 64 * 1024 * 1024
-ZSTD_DEFAULT_LEVEL = 3
+ZSTD_DEFAULT_LEVEL = CONFIG_LEVEL_DEFAULT
 
 
 class ShardCompression(BaseModel):
     """Per-record payload compression policy of a cache.
 
     `algo="zstd"` and `level` are datasetrt additions (dataset-rt 0.4.8 cannot read zstd caches).
-    `ratio` is advisory, as in dataset-rt: it is recorded in the manifest and never checked.
+    Algorithms, the level default and bounds come from the codec table (datasetrt/codecs.py);
+    codecs without levels ignore `level`. `ratio` is advisory, as in dataset-rt: it is recorded
+    in the manifest and never checked.
     Unknown keys are accepted and dropped, as dataset-rt's pydantic default does.
     """
 
@@ -30,7 +35,7 @@ class ShardCompression(BaseModel):
 
     algo: CompressionAlgo = "none"
     ratio: float = Field(default=1.0, gt=0)
-    level: int = Field(default=ZSTD_DEFAULT_LEVEL, ge=-7, le=22)
+    level: int = Field(default=CONFIG_LEVEL_DEFAULT, ge=CONFIG_LEVEL_MIN, le=CONFIG_LEVEL_MAX)
 
 
 class WriterProfilerConfig(BaseModel):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datasetrt.codecs import CODEC_BY_NAME, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.errors import ManifestJSONError, MissingManifestError
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
@@ -27,7 +28,6 @@ from datasetrt.format.layout import (
     U64_MAX,
 )
 
-ALGOS = ("none", "lz4", "zstd")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _KNOWN_KEYS = frozenset((
     "format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
@@ -313,13 +313,13 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
             )
         comp = _Fields(path, item.get("compression", {"algo": "none", "ratio": 1.0}), f" in shards[{i}].compression")
         algo = comp.string("algo")
-        if algo not in ALGOS:
+        if algo not in CODEC_BY_NAME:
             raise ManifestJSONError(
-                f"JSON error: unknown variant `{algo}`, expected one of `none`, `lz4`, `zstd`"
+                f"JSON error: unknown variant `{algo}`, expected one of {names_listed()}"
                 f" in shards[{i}].compression: {path}"
             )
         level = comp.doc.get("level")
-        if level is not None and (type(level) is not int or not -131072 <= level <= 22):
+        if level is not None and (type(level) is not int or not MANIFEST_LEVEL_MIN <= level <= MANIFEST_LEVEL_MAX):
             raise comp._bad("level", level, "a zstd level")
         shards.append(
             ShardEntry(

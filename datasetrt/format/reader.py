@@ -29,7 +29,6 @@ from datasetrt.format.manifest import Manifest, read_manifest_stat
 if TYPE_CHECKING:
     import numpy as np
 
-CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
 HASH_CHUNK_BYTES = 8 << 20
 
 

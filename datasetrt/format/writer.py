@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datasetrt._native import codec
+from datasetrt.codecs import CODEC_BY_NAME
 from datasetrt.config import ShardCompression, WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
 from datasetrt.format import envelope
@@ -175,18 +176,18 @@ class StageProfile:
 
 
 class _Compressor:
-    """Turns raw payloads into stored payloads for one compression policy (thread-confined)."""
+    """Turns raw payloads into stored payloads for one compression policy (thread-confined: it
+    holds the codec's library context). The codec comes from the codec table (datasetrt/codecs.py)."""
 
     def __init__(self, policy: ShardCompression) -> None:
-        self.algo = policy.algo
-        self._zstd = codec.ZstdCompressor(policy.level) if policy.algo == "zstd" else None
+        self.codec = CODEC_BY_NAME[policy.algo]
+        self._encoder = None if self.codec.stores_raw else codec.Encoder(self.codec.codec_id, policy.level)
 
     def __call__(self, payloads: list) -> list:
-        if self.algo == "lz4":
-            return [codec.lz4_compress(p) for p in payloads]
-        if self.algo == "zstd":
-            return [self._zstd.compress(p) for p in payloads]
-        return payloads
+        if self._encoder is None:
+            return payloads
+        encode = self._encoder.encode
+        return [encode(p) for p in payloads]
 
 
 class _StagedCache:
@@ -336,6 +337,7 @@ class _StagedCache:
         f.close()
         self._shard_file = None
         algo = self.policy.algo
+        takes_level = CODEC_BY_NAME[algo].level is not None
         self.shards.append(
             ShardEntry(
                 name=shard_name(len(self.shards)),
@@ -344,7 +346,7 @@ class _StagedCache:
                 algo=algo,
                 ratio=self.policy.ratio,
                 sha256=self._shard_hash.hexdigest(),
-                level=self.policy.level if algo == "zstd" else None,
+                level=self.policy.level if takes_level else None,
             )
         )
         self.profile.add("shard_flush", time.perf_counter_ns() - start, self._shard_bytes)
@@ -601,7 +603,7 @@ class SourceWriter:
             self._drain_one(inflight, staged, profile)
 
     def _submit(self, compress, inflight, jsons, payloads, raw_lens, values, profile) -> None:
-        if compress.algo == "none":
+        if compress.codec.stores_raw:
             inflight.append((payloads, jsons, raw_lens, values))
         elif self.pool is not None:
             # Each pooled task gets its own compressor: zstd contexts are not thread-safe.
