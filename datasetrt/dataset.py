@@ -33,20 +33,15 @@ from datasetrt.errors import (
     RecordJSONError,
     SampleIndexError,
 )
-from datasetrt.format.durable import fsync_path
-from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
+from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle
 from datasetrt.records import (
-    AbsentManifestTarget,
     CachedSample,
     CacheSourcesDatasetError,
     CacheSourcesDatasetSuccess,
     CacheWriteSuccess,
     Deferred,
     Err,
-    ManifestUpdateEntry,
-    ManifestUpdateError,
-    ManifestUpdateReport,
     Ok,
     SampleBatch,
 )
@@ -390,42 +385,11 @@ class CachedDataset:
     # -- manifests ----------------------------------------------------------------------------
 
     def update_manifests(self, version: Any) -> Ok | Err:
-        """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest."""
-        if type(version) is not int or version != 3:
-            return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
-                                           "unsupported manifest migration target; expected integer 3"))
-        entries: list[ManifestUpdateEntry] = []
-        targets = [h.path.resolve() / MANIFEST_NAME for h in self._handles]
-        seen: set[Path] = set()
-        for target in targets:
-            if target in seen:
-                return Err(ManifestUpdateError(target, "duplicate migration target or cache_id", ()))
-            seen.add(target)
-        for pos, handle in enumerate(self._handles):
-            path = targets[pos]
-            cache_id = int(self._catalog.cache_ids[pos])
-            try:
-                doc = json.loads(path.read_text())
-                if doc.get("format_version") == 3:
-                    entries.append(ManifestUpdateEntry(path, cache_id, "unchanged"))
-                    continue
-                migrated = {"format_version": 3, "cache_id": cache_id}
-                migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
-                tmp = path.with_name(MANIFEST_NAME + ".partial")
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(json.dumps(migrated, indent=2, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                try:
-                    fsync_path(handle.path)
-                    status = "updated"
-                except OSError:
-                    status = "durability_unknown"
-                entries.append(ManifestUpdateEntry(path, cache_id, status))
-            except (OSError, ValueError) as exc:
-                return Err(ManifestUpdateError(path, f"manifest update failed: {exc}", tuple(entries)))
-        return Ok(ManifestUpdateReport(tuple(entries)))
+        """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest
+        (datasetrt/format/migrate.py)."""
+        from datasetrt.format.migrate import update_manifests
+
+        return update_manifests([h.path for h in self._handles], self._catalog.cache_ids.tolist(), version)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
