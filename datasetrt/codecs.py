@@ -50,14 +50,13 @@ class Codec:
     kernels dispatch on (equal to `CodecId` in `_ext/codecs.pxd`; never reused: it is not on disk,
     but reader workers and parents must agree). `level` is None for codecs without levels (their
     manifests record none). `max_payload_bytes` is the largest payload the codec can store (None:
-    no limit of its own). `dataset_rt`: dataset-rt 0.4.8 reads caches written with it.
+    no limit of its own).
     """
 
     name: str
     codec_id: int
     level: LevelRule | None
     max_payload_bytes: int | None
-    dataset_rt: bool
 
     @property
     def stores_raw(self) -> bool:
@@ -69,12 +68,13 @@ NONE_ID = 0
 LZ4_MAX_BLOCK_BYTES = 0x7E000000  # LZ4_MAX_INPUT_SIZE: the largest lz4 block, raw or stored
 
 CODECS: tuple[Codec, ...] = (
-    Codec("none", NONE_ID, level=None, max_payload_bytes=None, dataset_rt=True),
+    Codec("none", NONE_ID, level=None, max_payload_bytes=None),
     # u32 LE decoded length + one raw LZ4 block (lz4_flex compress_prepend_size), as dataset-rt.
-    Codec("lz4", 1, level=None, max_payload_bytes=LZ4_MAX_BLOCK_BYTES, dataset_rt=True),
-    # One zstd frame with its content size in the header (datasetrt only). Manifests accept the
-    # library's whole range (ZSTD_minCLevel() is -131072); the config keeps to the useful one.
-    Codec("zstd", 2, level=LevelRule(3, -7, 22, -131072, 22), max_payload_bytes=None, dataset_rt=False),
+    Codec("lz4", 1, level=None, max_payload_bytes=LZ4_MAX_BLOCK_BYTES),
+    # One zstd frame with its content size in the header (datasetrt only: dataset-rt 0.4.8 cannot
+    # read it). Manifests accept the library's whole range (ZSTD_minCLevel() is -131072); the
+    # config keeps to the useful one.
+    Codec("zstd", 2, level=LevelRule(3, -7, 22, -131072, 22), max_payload_bytes=None),
 )
 
 CODEC_BY_NAME: dict[str, Codec] = {c.name: c for c in CODECS}
