@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.config import DEFAULT_WRITER_CONFIG, PayloadSpec, ReaderConfig, WriterConfig
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -34,7 +34,7 @@ from datasetrt.errors import (
     SampleIndexError,
 )
 from datasetrt.format.layout import U64_MAX
-from datasetrt.format.reader import CacheHandle
+from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.records import (
     CachedSample,
     CacheSourcesDatasetError,
@@ -114,6 +114,7 @@ class CachedDataset:
             if handle.manifest.metadata_schema != schema:
                 raise CacheFormatError(f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}")
         self._schema = schema
+        self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
         self._population = Population(self._catalog)
@@ -129,6 +130,11 @@ class CachedDataset:
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
         self._dataset_key: str | None = None  # computed at the first parallel read (stats every cache)
+
+    @property
+    def payload_spec(self) -> PayloadSpec | None:
+        """The caches' common `PayloadSpec` (typed payloads), or None when they are untyped."""
+        return self._payload_spec
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -731,6 +737,9 @@ def _reuse_checker(writer_config: WriterConfig):
             handle = CacheHandle.open(path)
             if handle.manifest.source_name != name:
                 return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
+            spec, existing = writer_config.payload_spec, common_payload_spec([handle])
+            if spec is not None and existing != spec:
+                return f"existing cache at {path} has payload spec {existing if existing else 'none'}, not {spec}"
             if writer_config.validate_cache:
                 handle.validate_deep()
         except DatasetRTError as exc:

@@ -13,6 +13,14 @@ Publication protocol (one source):
   4. rename <base>/tmp/<name> -> <base>/<name> with RENAME_NOREPLACE, fsync <base>.
 A failure at any step removes the staging dir; a published cache is never touched.
 
+One module on purpose (~700 lines): the publication protocol, the ordered commit and the group
+writes share one source's staging state; what stands alone lives beside it (`envelope`,
+`manifest`, `typed`, `durable`).
+
+Typed payloads: with `WriterConfig.payload_spec`, each payload is checked against the spec and
+converted to its stored bytes by `format/typed.py` (a mismatch fails the source like any bad
+input), and the spec is recorded in the manifest's `datasetrt` section.
+
 Memory: bounded by the in-flight compression blocks (`prefetch_size` records), the one block being
 written and the metadata columns (Arrow chunks of 65,536 rows plus one list chunk).
 
@@ -68,6 +76,7 @@ from datasetrt.format.layout import (
     shard_name,
 )
 from datasetrt.format.manifest import ChecksumSidecar, ShardEntry, new_manifest
+from datasetrt.format.typed import TypedPayloads
 from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
 ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
@@ -389,6 +398,7 @@ class _StagedCache:
                 index_sha256=index_sha,
                 shards=tuple(self.shards),
                 checksums=sidecar,
+                payload_spec=(spec.dtype, spec.shape) if (spec := self.config.payload_spec) is not None else None,
             )
             self._write_file(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
             fsync_path(self.staging / SHARDS_DIR)
@@ -577,11 +587,12 @@ class SourceWriter:
         payloads: list = []
         raw_lens: list = []
         values: list = []
-        for item in _guarded(iterator, profile):
+        typed = TypedPayloads(self.config.payload_spec, staged.name) if self.config.payload_spec is not None else None
+        for index, item in enumerate(_guarded(iterator, profile)):
             try:
                 with profile.stage("python_extract"):
                     data, metadata = envelope.unpack_input(item)
-                    payload = envelope.as_payload(data)
+                    payload = envelope.as_payload(data) if typed is None else typed(data, index)
                 with profile.stage("metadata_validate"):
                     js, row = staged.accept_metadata(metadata)
             except (DatasetRTError, KeyboardInterrupt, SystemExit):
