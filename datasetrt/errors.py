@@ -114,6 +114,10 @@ class DuplicateSourceError(DatasetRTError, ValueError):
     """Two sources in one write call map to the same cache path."""
 
 
+class CodecError(DatasetRTError, RuntimeError):
+    """A codec library failed to encode a payload it had accepted (a library fault, not bad input)."""
+
+
 # --- resources ---------------------------------------------------------------------------------
 
 
