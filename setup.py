@@ -8,7 +8,7 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-KERNELS = ["draws", "codec", "gather", "batch"]
+KERNELS = ["draws", "codec", "gather", "batch", "perm"]
 LIBRARIES = ["lz4", "zstd", "xxhash"]
 
 extensions = [

@@ -6,6 +6,7 @@ Boundary: argument parsing and printing over the public API and the format layer
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, metadata decode,
                                            index bounds, every record read and checked);
                                            exit 1 if any cache fails
+  datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from datasetrt import convert
 from datasetrt.errors import DatasetRTError
 
 
@@ -82,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
+    convert.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        return convert.run(args)
     try:
         if args.command == "inspect":
             return _inspect(args.cache_dir, args.json)

@@ -25,6 +25,8 @@ LAYERS = {
     "datasetrt.errors": 0,
     "datasetrt.config": 1,
     "datasetrt.records": 1,
+    "datasetrt.codecs": 1,
+    "datasetrt.payloads": 1,
     "datasetrt._native": 1,
     "datasetrt.format": 2,
     "datasetrt.sources": 2,
@@ -35,7 +37,9 @@ LAYERS = {
     "datasetrt.api": 5,
     "datasetrt": 5,  # the package root: lazy re-export of datasetrt.api
     "datasetrt.integrations": 6,
+    "datasetrt.ray": 6,  # the public name of integrations.ray
     "datasetrt.cli": 7,
+    "datasetrt.convert": 7,
     "datasetrt.demo": 7,
 }
 # Upward imports that are allowed, each lazy (inside a function) and for a stated reason.
