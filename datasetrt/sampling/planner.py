@@ -5,14 +5,14 @@ Boundary: numpy in, numpy out; no I/O. Bit-compatible with dataset-rt 0.4.8 (doc
 * shuffled, physical population (no update_metadata yet): draw d picks global physical index
   uniform_draws(seed, N, d) — ChaCha8 per draw, computed in the native kernel in blocks;
 * shuffled, active population (after update_metadata): weighted_draws over the active rows.
-Windows are generated lazily in blocks, so an epoch of any length costs O(block) memory.
-`PlanWindow` is the same reader-facing shape over a position plan (exactly-once epochs,
-mixtures, curricula: permutation.py, plans.py, curriculum.py).
+Windows are planned lazily, any range of positions at a time (`Window.rows`), so an epoch of any
+length costs memory only for the range being read. `PlanWindow` is the same reader-facing shape
+over a position plan (exactly-once epochs, mixtures, curricula: permutation.py, plans.py,
+curriculum.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,7 +28,8 @@ class ActiveRows:
 
     `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
     positive, finite) have one entry per active row, duplicates included, in table order.
-    `weights` may be None where only the precomputed cumulative sums travel (reader workers).
+    `weights` may be None where only the precomputed cumulative sums travel (a spawned torch
+    DataLoader worker maps them from the population snapshot).
     Lives here, not in table/, so that planning never imports Polars.
     """
 
@@ -43,13 +44,15 @@ class ActiveRows:
 class Population:
     """The rows a window draws from: either all physical samples or the validated active rows.
 
-    `cum`/`scale` may be given precomputed (a worker maps them from the run snapshot)."""
+    `cum`/`scale` may be given precomputed (a spawned torch DataLoader worker maps them from the
+    population snapshot, runtime/snapshot.py). `table` is opaque here: the table this population
+    was validated from (batch metadata reads its rows), or None for the physical population."""
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
-                 cum: np.ndarray | None = None, scale: float = 0.0, source: object = None) -> None:
+                 cum: np.ndarray | None = None, scale: float = 0.0, table: object = None) -> None:
         self.catalog = catalog
         self.active = active
-        self.source = source  # opaque: the table this population was validated from (for batch metadata)
+        self.table = table
         self._cum = cum
         self._scale = scale
 
@@ -95,12 +98,6 @@ class Window:
             cum, scale = self.population.cumulative()
             return draws.weighted_draws(self.seed, cum, scale, begin, count).astype(np.int64)
         return draws.uniform_draws(self.seed, n, begin, count).astype(np.int64)
-
-    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(cache position, sample_id) arrays for consecutive blocks of the window, in plan order."""
-        for first in range(0, self.length, block_rows):
-            count = min(block_rows, self.length - first)
-            yield self.population.resolve(self.rows(first, count))
 
 
 def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:
