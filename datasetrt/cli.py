@@ -1,4 +1,4 @@
-"""`datasetrt` console command: inspect and validate caches.
+"""`datasetrt` console command: inspect and validate caches, run the demo job.
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
@@ -6,6 +6,8 @@ Boundary: argument parsing and printing over the public API and the format layer
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, metadata decode,
                                            index bounds, every record read and checked);
                                            exit 1 if any cache fails
+  datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
+  datasetrt --version
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from datasetrt import __version__, demo
 from datasetrt.errors import DatasetRTError
 
 
@@ -82,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
+    parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
+    demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        return demo.run(args)
     try:
         if args.command == "inspect":
             return _inspect(args.cache_dir, args.json)
