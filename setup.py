@@ -1,24 +1,24 @@
 """Build the Cython kernels in _ext/ into the private package datasetrt._native.
 
 One extension module per kernel. The codecs are linked INTO each module, so an installed wheel
-needs no codec library on the user's machine:
-  - liblz4 and libzstd from their static archives (`liblz4.a`, `libzstd.a`, which Debian's
-    liblz4-dev / libzstd-dev ship). Debian builds them as PIE, not PIC: their objects reference
-    their own global functions PC-relatively, which a shared object may only do for symbols it
-    does not export, so the link hides every archive symbol (`-Wl,--exclude-libs,ALL`); the
-    modules export only `PyInit_<name>`. The linker takes only the archive members a kernel uses.
-  - xxhash compiled in from its header (`XXH_INLINE_ALL`): Debian's libxxhash.a is PIE too, and
-    the inlined XXH3 is what the per-record checksum loop wants anyway.
+needs no codec library on the user's machine: from their static archives (`liblz4.a`, `libzstd.a`,
+`libxxhash.a`, which Debian's -dev packages ship). liblz4.a and libxxhash.a are PIC; Debian builds
+libzstd.a as PIE, whose objects reference their own global functions PC-relatively, which a
+shared object may only do for symbols it does not export, so the link hides every archive symbol
+(`-Wl,--exclude-libs,ALL`); the modules export only Python's symbols. The linker takes only the
+archive members a kernel uses. Where libxxhash.a is absent (RPM distros ship no static xxhash in
+xxhash-devel), XXH3 is compiled in from the header instead (`XXH_INLINE_ALL`).
 The headers (lz4.h, zstd.h, xxhash.h) are needed at build time only; their absence stops the build
 before anything compiles, with one line naming the packages to install.
 
 Environment (all optional):
   DATASETRT_INCLUDE_DIRS  dirs (os.pathsep-separated) holding lz4.h, zstd.h, xxhash.h; replaces the
                           default search (CPATH, C_INCLUDE_PATH, /usr/local/include, /usr/include)
-  DATASETRT_LIBRARY_DIRS  dirs holding liblz4.a / libzstd.a (or the shared libraries); replaces the
-                          default search (LIBRARY_PATH, the system library dirs)
-  DATASETRT_LINK          static | shared | auto (default auto: the static archives when both are
-                          found, else the shared libraries). scripts/build_wheels.sh sets static.
+  DATASETRT_LIBRARY_DIRS  dirs holding liblz4.a / libzstd.a / libxxhash.a (or the shared
+                          libraries); replaces the default search (LIBRARY_PATH, system lib dirs)
+  DATASETRT_LINK          static | shared | auto (default auto: the static archives when liblz4.a
+                          and libzstd.a are found, else the shared libraries); static fails
+                          without them. scripts/build_wheels.sh sets static.
 """
 
 import os
@@ -35,7 +35,9 @@ HEADERS = {
     "zstd.h": ("libzstd-dev", "libzstd-devel"),
     "xxhash.h": ("libxxhash-dev", "xxhash-devel"),
 }
-ARCHIVED = ["lz4", "zstd"]  # linked from lib<name>.a (or lib<name>.so); xxhash is header-only
+ARCHIVED = ["lz4", "zstd"]  # linked from lib<name>.a (or lib<name>.so)
+# xxhash: libxxhash.a when present, else compiled in from xxhash.h (XXH_INLINE_ALL); libxxhash.so
+# only with DATASETRT_LINK=shared.
 
 
 def _env_dirs(name: str) -> list[str] | None:
@@ -95,16 +97,15 @@ def codec_build_args() -> dict:
              "or set DATASETRT_LIBRARY_DIRS")
     # Only dirs the compiler would not search anyway (an explicit DATASETRT_INCLUDE_DIRS) go on -I.
     found = dict.fromkeys(os.path.dirname(_find(h, incs)) for h in HEADERS)
-    args = {
-        "include_dirs": list(found) if _env_dirs("DATASETRT_INCLUDE_DIRS") is not None else [],
-        "define_macros": [("XXH_INLINE_ALL", None)],
-    }
-    if mode != "shared" and None not in archives:
-        args["extra_objects"] = archives
-        args["extra_link_args"] = ["-Wl,--exclude-libs,ALL"]
-    else:
+    args = {"include_dirs": list(found) if _env_dirs("DATASETRT_INCLUDE_DIRS") is not None else []}
+    if mode == "shared" or None in archives:
         args["library_dirs"] = [d for d in libs if os.path.isdir(d)]
-        args["libraries"] = ARCHIVED
+        args["libraries"] = [*ARCHIVED, "xxhash"]
+        return args
+    xxhash = _find("libxxhash.a", libs)
+    args["extra_objects"] = archives + ([xxhash] if xxhash else [])
+    args["extra_link_args"] = ["-Wl,--exclude-libs,ALL"]
+    args["define_macros"] = [] if xxhash else [("XXH_INLINE_ALL", None)]
     return args
 
 
@@ -149,4 +150,5 @@ extensions = [
     for name in KERNELS
 ]
 
-setup(ext_modules=extensions, cmdclass={"build_ext": BuildKernels})
+if __name__ == "__main__":  # as setuptools runs it; tests import the link decisions without building
+    setup(ext_modules=extensions, cmdclass={"build_ext": BuildKernels})
