@@ -14,6 +14,8 @@ from datasetrt.config import (
     WriterProfilerConfig,
 )
 from datasetrt.dataset import CachedDataset, DatasetRuntime
+from datasetrt.sampling.curriculum import Curriculum, Stage
+from datasetrt.sampling.mixture import Mixture, Stream
 from datasetrt.records import (
     AbsentManifestTarget,
     BytesLike,
@@ -50,4 +52,5 @@ __all__ = [
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
     "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
     "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch",
+    "Mixture", "Stream", "Stage", "Curriculum",
 ]

@@ -10,9 +10,10 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CompressionAlgo = Literal["none", "lz4", "zstd"]
+SamplingMode = Literal["draws", "permutation"]
 
 DEFAULT_MAX_SHARD_BYTES = 64 * 1024 * 1024
 ZSTD_DEFAULT_LEVEL = 3
@@ -79,6 +80,10 @@ class ReaderConfig(BaseModel):
     `memory_limit_bytes` (datasetrt): the bound the multiprocess reader must fit in before it
     starts (default None = half of physical memory or the cgroup limit, whichever is lower).
     `worker_timeout_s` (datasetrt): how long the parent waits without any worker progress.
+    `sampling` (datasetrt): "draws" (default) is dataset-rt 0.4.8's order, bit for bit: with
+    shuffle=True, seeded draws with replacement; with shuffle=False, the ordered cyclic window.
+    "permutation" is exactly-once epochs (each active row once per epoch, integer weights as repeat
+    counts, a different seeded order every epoch; docs/sampling.md); it needs shuffle=True.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -90,6 +95,14 @@ class ReaderConfig(BaseModel):
     verify_records: bool = True
     memory_limit_bytes: int | None = Field(default=None, gt=0)
     worker_timeout_s: float = Field(default=300.0, gt=0)
+    sampling: SamplingMode = "draws"
+
+    @model_validator(mode="after")
+    def _permutation_shuffles(self) -> ReaderConfig:
+        if self.sampling == "permutation" and not self.shuffle:
+            raise ValueError("sampling='permutation' is a shuffled order: it needs shuffle=True "
+                             "(shuffle=False reads the ordered window with sampling='draws')")
+        return self
 
 
 DEFAULT_SHARD_COMPRESSION = ShardCompression()

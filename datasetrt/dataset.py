@@ -109,6 +109,9 @@ class CachedDataset:
         self.cache_paths: list[Path] = _check_paths(paths)
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
+        if reader_config.sampling != "draws":
+            raise ConfigError(f"ReaderConfig(sampling={reader_config.sampling!r}): CachedDataset does not read "
+                              "this order yet; plan it with datasetrt.sampling.EpochPermutation (docs/sampling.md)")
         self._runtime = runtime
         self._handles = [CacheHandle.open(p) for p in self.cache_paths]
         if reader_config.validate_cache:

@@ -68,6 +68,35 @@ class MetadataValidationError(DatasetRTError, ValueError):
     """update_metadata got a table that breaks a rule of the samples-metadata contract."""
 
 
+# --- sampling plans ----------------------------------------------------------------------------
+
+
+class SamplingConfigError(ConfigError):
+    """A sampling mode, stream, mixture or curriculum is invalid: proportions that do not sum to 1,
+    negative values, stage lengths off batch boundaries, overlapping streams."""
+
+
+class UnknownStreamError(SamplingConfigError):
+    """A proportion, cache or column names a stream, cache or column that does not exist."""
+
+
+class EmptyStreamError(SamplingConfigError):
+    """A stream selects no active row."""
+
+
+class RepeatCountError(SamplingConfigError):
+    """An exactly-once order got a weight that is not a positive integer (weights are repeat counts)."""
+
+
+class SamplingStateError(ConfigError):
+    """A sampling state belongs to another plan (streams, proportions, stages, seed or rows differ)
+    or is inconsistent, or `advance()` has no next stage to move to."""
+
+
+class PlanRangeError(DatasetRTError, IndexError):
+    """Plan positions past the end of a finite plan (a stopped mixture or a finished curriculum)."""
+
+
 # --- writing -----------------------------------------------------------------------------------
 
 

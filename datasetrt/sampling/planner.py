@@ -6,12 +6,15 @@ Boundary: numpy in, numpy out; no I/O. Bit-compatible with dataset-rt 0.4.8 (doc
   uniform_draws(seed, N, d) — ChaCha8 per draw, computed in the native kernel in blocks;
 * shuffled, active population (after update_metadata): weighted_draws over the active rows.
 Windows are generated lazily in blocks, so an epoch of any length costs O(block) memory.
+`PlanWindow` is the same reader-facing shape over a position plan (exactly-once epochs,
+mixtures, curricula: permutation.py, plans.py, curriculum.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -105,3 +108,31 @@ def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:
     if shuffle:
         return (position + length) & 0xFFFFFFFFFFFFFFFF
     return (position + length) % n_rows
+
+
+class RowPlan(Protocol):
+    """A position plan: population rows (int64) of plan positions [first, first+count), a pure
+    function of the plan's configuration, seed and the positions (EpochPermutation, MixturePlan,
+    CurriculumPlan)."""
+
+    def rows(self, first: int, count: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class PlanWindow:
+    """One iterator's window over a position plan: `length` plan positions from `start`. Readers
+    use it as a `Window` (`population`, `length`, `rows(first, count)`); `sub` cuts it for shares.
+    The dataset position after it is `start + length` (plan positions never wrap)."""
+
+    population: Population
+    plan: RowPlan
+    start: int
+    length: int
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        """Population rows for window positions [first, first+count)."""
+        return self.plan.rows(self.start + first, count)
+
+    def sub(self, first: int, count: int) -> PlanWindow:
+        """The window of this window's positions [first, first+count)."""
+        return PlanWindow(self.population, self.plan, self.start + first, count)

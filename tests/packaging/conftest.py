@@ -9,6 +9,7 @@ installed by pip, binaries only, with a PATH holding nothing but the venv's bin/
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -41,6 +42,14 @@ def run(cmd: list, *, cwd: Path | None = None, env: dict | None = None, check: b
     if check:
         assert proc.returncode == 0, f"{cmd} -> {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
+
+
+def load_setup_py():
+    """setup.py as a module (it calls setup() only as __main__): its KERNELS and link decisions."""
+    spec = importlib.util.spec_from_file_location("datasetrt_setup", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def version() -> str:

@@ -1,26 +1,22 @@
 """setup.py's link decisions (codec_build_args), without building: static archives hidden in the
 modules, xxhash from libxxhash.a or compiled in from its header, shared libraries on request.
 
-setup.py runs setup() only as __main__, so it is imported here as a plain module.
+setup.py runs setup() only as __main__, so it is loaded here as a plain module.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import ROOT
+from tests.packaging.conftest import load_setup_py
 
 
 @pytest.fixture(scope="module")
 def setup_py():
-    spec = importlib.util.spec_from_file_location("datasetrt_setup", ROOT / "setup.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_setup_py()
 
 
 @pytest.fixture

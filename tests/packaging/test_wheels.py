@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import TAG, VERSIONS, run, version
+from tests.packaging.conftest import TAG, VERSIONS, load_setup_py, run, version
 
 pytestmark = pytest.mark.wheels
 
-KERNELS = ("batch", "codec", "draws", "gather")
+KERNELS = load_setup_py().KERNELS
 CODEC_LIBS = re.compile(r"lib(lz4|zstd|xxhash)")
 SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0"}
 

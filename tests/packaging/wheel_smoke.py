@@ -6,7 +6,7 @@ repository (tests/packaging/test_installed_wheels.py runs it with the cwd in a t
   python wheel_smoke.py EXPECTED_VERSION WORKDIR
 
 Checks, each an assertion (exit 1 with the traceback on the first failure):
-  - datasetrt and its four compiled kernels load from site-packages, version as expected;
+  - datasetrt and its compiled kernels load from site-packages, version as expected;
   - write: two caches (lz4, zstd) with per-record checksums, through DatasetRuntime(num_workers=2);
   - read with worker processes under fork and under spawn (workers really started): every sample
     once, bytes and metadata equal to what was written, then the same as batches of 64;
@@ -19,6 +19,8 @@ Prints "wheel smoke ok" last.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import pkgutil
 import shutil
 import sys
 import sysconfig
@@ -50,9 +52,12 @@ def check_installed(expected_version: str) -> None:
     site = Path(sysconfig.get_paths()["purelib"]).resolve()
     assert drt.__version__ == expected_version, (drt.__version__, expected_version)
     assert Path(drt.__file__).resolve().is_relative_to(site), f"datasetrt imported from {drt.__file__}, not {site}"
-    from datasetrt._native import batch, codec, draws, gather
+    import datasetrt._native
 
-    for module in (batch, codec, draws, gather):
+    kernels = [info.name for info in pkgutil.iter_modules(datasetrt._native.__path__)]
+    assert {"codec", "gather", "batch", "draws"} <= set(kernels), kernels
+    for name in kernels:
+        module = importlib.import_module(f"datasetrt._native.{name}")
         assert Path(module.__file__).resolve().is_relative_to(site), module.__file__
         assert module.__file__.endswith(".so"), module.__file__
 
