@@ -8,6 +8,7 @@ from datasetrt.config import (
     DEFAULT_WRITER_CONFIG,
     DEFAULT_WRITER_PROFILER_CONFIG,
     CompressionAlgo,
+    PayloadSpec,
     ReaderConfig,
     ShardCompression,
     WriterConfig,
@@ -40,7 +41,8 @@ from datasetrt.records import (
     SizedTorchIterableDataset,
 )
 
-for _cls in (ReaderConfig, WriterConfig, ShardCompression, WriterProfilerConfig, CachedDataset, DatasetRuntime):
+for _cls in (ReaderConfig, WriterConfig, ShardCompression, WriterProfilerConfig, PayloadSpec, CachedDataset,
+             DatasetRuntime):
     _cls.__module__ = "datasetrt.api"
 del _cls
 
@@ -51,6 +53,6 @@ __all__ = [
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
     "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
-    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch",
+    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch", "PayloadSpec",
     "Mixture", "Stream", "Stage", "Curriculum",
 ]

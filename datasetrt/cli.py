@@ -6,6 +6,7 @@ Boundary: argument parsing and printing over the public API and the format layer
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, metadata decode,
                                            index bounds, every record read and checked);
                                            exit 1 if any cache fails
+  datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
   datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
   datasetrt --version
 """
@@ -17,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from datasetrt import __version__, demo
+from datasetrt import __version__, convert, demo
 from datasetrt.errors import DatasetRTError
 
 
@@ -85,9 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
+    convert.add_parser(sub)
     parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
     demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        return convert.run(args)
     if args.command == "demo":
         return demo.run(args)
     try:

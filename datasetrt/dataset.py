@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.config import DEFAULT_WRITER_CONFIG, PayloadSpec, ReaderConfig, WriterConfig
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -33,20 +33,15 @@ from datasetrt.errors import (
     RecordJSONError,
     SampleIndexError,
 )
-from datasetrt.format.durable import fsync_path
-from datasetrt.format.layout import MANIFEST_NAME, U64_MAX
-from datasetrt.format.reader import CacheHandle
+from datasetrt.format.layout import U64_MAX
+from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.records import (
-    AbsentManifestTarget,
     CachedSample,
     CacheSourcesDatasetError,
     CacheSourcesDatasetSuccess,
     CacheWriteSuccess,
     Deferred,
     Err,
-    ManifestUpdateEntry,
-    ManifestUpdateError,
-    ManifestUpdateReport,
     Ok,
     SampleBatch,
 )
@@ -122,6 +117,7 @@ class CachedDataset:
             if handle.manifest.metadata_schema != schema:
                 raise CacheFormatError(f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}")
         self._schema = schema
+        self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
         self._population = Population(self._catalog)
@@ -137,6 +133,11 @@ class CachedDataset:
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
         self._dataset_key: str | None = None  # computed at the first parallel read (stats every cache)
+
+    @property
+    def payload_spec(self) -> PayloadSpec | None:
+        """The caches' common `PayloadSpec` (typed payloads), or None when they are untyped."""
+        return self._payload_spec
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -393,42 +394,11 @@ class CachedDataset:
     # -- manifests ----------------------------------------------------------------------------
 
     def update_manifests(self, version: Any) -> Ok | Err:
-        """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest."""
-        if type(version) is not int or version != 3:
-            return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
-                                           "unsupported manifest migration target; expected integer 3"))
-        entries: list[ManifestUpdateEntry] = []
-        targets = [h.path.resolve() / MANIFEST_NAME for h in self._handles]
-        seen: set[Path] = set()
-        for target in targets:
-            if target in seen:
-                return Err(ManifestUpdateError(target, "duplicate migration target or cache_id", ()))
-            seen.add(target)
-        for pos, handle in enumerate(self._handles):
-            path = targets[pos]
-            cache_id = int(self._catalog.cache_ids[pos])
-            try:
-                doc = json.loads(path.read_text())
-                if doc.get("format_version") == 3:
-                    entries.append(ManifestUpdateEntry(path, cache_id, "unchanged"))
-                    continue
-                migrated = {"format_version": 3, "cache_id": cache_id}
-                migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
-                tmp = path.with_name(MANIFEST_NAME + ".partial")
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(json.dumps(migrated, indent=2, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                try:
-                    fsync_path(handle.path)
-                    status = "updated"
-                except OSError:
-                    status = "durability_unknown"
-                entries.append(ManifestUpdateEntry(path, cache_id, status))
-            except (OSError, ValueError) as exc:
-                return Err(ManifestUpdateError(path, f"manifest update failed: {exc}", tuple(entries)))
-        return Ok(ManifestUpdateReport(tuple(entries)))
+        """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest
+        (datasetrt/format/migrate.py)."""
+        from datasetrt.format.migrate import update_manifests
+
+        return update_manifests([h.path for h in self._handles], self._catalog.cache_ids.tolist(), version)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -770,6 +740,9 @@ def _reuse_checker(writer_config: WriterConfig):
             handle = CacheHandle.open(path)
             if handle.manifest.source_name != name:
                 return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
+            spec, existing = writer_config.payload_spec, common_payload_spec([handle])
+            if spec is not None and existing != spec:
+                return f"existing cache at {path} has payload spec {existing if existing else 'none'}, not {spec}"
             if writer_config.validate_cache:
                 handle.validate_deep()
         except DatasetRTError as exc:

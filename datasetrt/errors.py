@@ -104,8 +104,18 @@ class SourceError(DatasetRTError, ValueError):
     """A CacheSource yielded something the writer refuses; reported as a CacheWriteError value."""
 
 
+class SourceInputError(SourceError):
+    """A `datasetrt.sources` adapter met input it cannot turn into CacheInput: a missing column, a
+    null payload, nested or unsupported metadata, a value that does not fit. The message names the
+    file (or dataset), the row group / record batch and row, the column and its type."""
+
+
 class DuplicateSourceError(DatasetRTError, ValueError):
     """Two sources in one write call map to the same cache path."""
+
+
+class CodecError(DatasetRTError, RuntimeError):
+    """A codec library failed to encode a payload it had accepted (a library fault, not bad input)."""
 
 
 # --- resources ---------------------------------------------------------------------------------
