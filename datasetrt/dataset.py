@@ -1,13 +1,19 @@
 """`CachedDataset` and `DatasetRuntime`: orchestration of format, table, sampling and runtime.
 
 Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no record or batch
-assembly (runtime/samples.py, runtime/batches.py). This module wires open caches, the Polars
-table, the planner and the readers together and owns the dataset-level sampling state:
-`cursor` (ordered mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first
-`next()`, and `epoch_len` (None = the population size).
+assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
+two `to_torch_*` methods' lazy forwarding). This module wires open caches, the Polars table, the
+planner and the readers together and owns the dataset-level sampling state: `cursor` (ordered
+mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first `next()`, and
+`epoch_len` (None = the population size).
 
-Read path: `_reserve()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
+Read path: `reserve_window()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
 `ParallelRun` on the runtime's worker pool) -> `SampleBuilder.samples()` or `batches()`.
+
+Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
+`reserve_window`, `plan_window`, populations), read them (`read_window`) and keep the cursor
+(`cursor_state*`) through public methods, never this class's fields. Every window is built by
+`_window`, the one place that picks a planner.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +38,7 @@ from datasetrt.errors import (
     CacheFormatError,
     ConfigError,
     DatasetRTError,
+    LoaderStateError,
     MetadataTypeError,
     SampleIndexError,
 )
@@ -54,6 +62,7 @@ from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
 from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+from datasetrt.seam import CacheIdentity, CursorState, PopulationExport
 from datasetrt.table.catalog import CacheCatalog
 
 if TYPE_CHECKING:
@@ -70,6 +79,19 @@ def _check_seed(seed: Any) -> int:
     if seed > U64_MAX:
         raise ArgumentOverflowError(f"int too big to convert (seed={seed} is not a u64)")
     return seed
+
+
+_DATASETS: weakref.WeakSet[CachedDataset] = weakref.WeakSet()  # every open dataset
+
+
+def _fresh_locks_after_fork() -> None:
+    """A forked child gives every dataset a new lock: one held by another parent thread at the
+    fork would never be released here (torch DataLoader workers read their inherited dataset)."""
+    for ds in list(_DATASETS):
+        ds._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def _check_paths(paths: Any) -> list[Path]:
@@ -121,10 +143,12 @@ class CachedDataset:
         self._epoch_len: int | None = None
         self._cursor = 0
         self._draw_offset = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # replaced in a forked child (_fresh_locks_after_fork)
+        _DATASETS.add(self)
         self._thread_readers = threading.local()  # this thread's LocalReader (and the pid it was opened in)
         self._sample_builder = SampleBuilder(self._handles, self._catalog.cache_ids,
                                              check_embedded=reader_config.validate_cache)
+        self._other_builder: SampleBuilder | None = None  # the opposite embedded check (read_window)
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
         self._cache_set: CacheSet | None = None  # built at the first parallel read
@@ -151,18 +175,117 @@ class CachedDataset:
             raise ArgumentOverflowError(f"int too big to convert (epoch_len must be <= {sys.maxsize}, as len() requires)")
         self._epoch_len = epoch_len
 
-    def _reserve(self) -> Window:
-        """Reserve the next window (called at an iterator's first next())."""
+    def _window(self, population: Population, start: int, length: int, shuffle: bool | None = None,
+                seed: int | None = None) -> Window:
+        """The one place a window is built: `length` positions of the dataset's order over
+        `population` from dataset position `start` (dataset-rt's cursor or draw index)."""
+        shuffle = self.reader_config.shuffle if shuffle is None else shuffle
+        return Window(population, shuffle, self._seed if seed is None else seed, start, length)
+
+    def _next_window(self) -> Window:
+        """The window at the cursor (ordered) or draw offset (shuffled); call under the lock."""
+        start = self._draw_offset if self.reader_config.shuffle else self._cursor
+        return self._window(self._population, start, len(self))
+
+    # -- integration seam (docs/python-api.md, "Integration seam"): how an integration divides
+    # this dataset's windows among its own processes. A window is anything with `population`
+    # (opaque), `start` (a dataset position), `length`, `rows(first, count)` and
+    # `sub(first, count)` (a planner `Window` or a `PlanWindow`); integrations cut windows with
+    # `sub` and never compute dataset positions themselves.
+
+    def peek_window(self) -> Window:
+        """The window `iter(self)` would reserve next, not reserved (nothing moves)."""
         with self._lock:
-            population = self._population
-            length = len(self)
-            shuffle = self.reader_config.shuffle
-            start = self._draw_offset if shuffle else self._cursor
-            if shuffle:
-                self._draw_offset = advance(True, start, length, len(population))
+            return self._next_window()
+
+    def reserve_window(self) -> Window:
+        """Reserve the next window, as an iterator does at its first `next()`."""
+        with self._lock:
+            window = self._next_window()
+            n_rows = len(window.population)
+            if window.shuffle:
+                self._draw_offset = advance(True, window.start, window.length, n_rows)
             else:
-                self._cursor = advance(False, start, length, len(population))
-            return Window(population, shuffle, self._seed, start, length)
+                self._cursor = advance(False, window.start, window.length, n_rows)
+            return window
+
+    def plan_window(self, start: int, length: int, *, population: Population | None = None,
+                    shuffle: bool | None = None, seed: int | None = None) -> Window:
+        """`length` positions of the dataset's order from dataset position `start` over
+        `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
+        loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
+        running sums) now, once per population, so processes forked afterwards share them."""
+        population = self._population if population is None else population
+        window = self._window(population, start, length, shuffle, seed)
+        if window.shuffle and population.weighted and len(population):
+            population.cumulative()
+        return window
+
+    def population_rows(self, population: Population | None = None, *,
+                        expand_physical: bool = False) -> ActiveRows | None:
+        """`population`'s (default: the current one's) rows: cache_pos int64, sample_id uint64,
+        weights float64, in table order. The physical population is None, or with
+        `expand_physical` every physical sample with weight 1.0."""
+        population = self._population if population is None else population
+        return population.rows() if expand_physical else population.active
+
+    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray) -> Population:
+        """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
+        `plan_window`."""
+        return Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
+
+    def export_population(self, population: Population) -> PopulationExport | None:
+        """`population` as `import_population` rebuilds it in another process; None for the
+        physical population (nothing to ship)."""
+        described = population.columns()
+        return None if described is None else PopulationExport(*described)
+
+    def import_population(self, export: PopulationExport | None) -> Population:
+        """The population `export_population` exported (its arrays used as they are)."""
+        return Population.from_columns(self._catalog, None if export is None else export.columns,
+                                       {} if export is None else export.params)
+
+    def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
+                    in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
+        """The samples of `window` (or of a share of one) in window order, each passed through
+        `transform`: read as `iter(self)` reads (the runtime's workers if the dataset has them),
+        or with `in_process` by this thread's reader here (code that is itself a worker process).
+        `check_embedded` overrides validate_cache's check of embedded metadata."""
+        if window.length == 0:
+            return iter(())
+        builder = self._sample_builder
+        if check_embedded is not None and check_embedded != builder.check_embedded:
+            if self._other_builder is None:
+                self._other_builder = builder.checking(check_embedded)
+            builder = self._other_builder
+        chunks = local_chunks(self._reader(), window, READ_BLOCK_ROWS) if in_process else self._chunks(window)
+        return builder.samples(chunks, transform)
+
+    def cursor_state(self) -> CursorState:
+        """Cursor, draw offset, epoch length and their population, read together under the lock."""
+        with self._lock:
+            return CursorState(self._cursor, self._draw_offset, self._epoch_len, self._population)
+
+    def cursor_state_from(self, values: Mapping[str, Any]) -> CursorState:
+        """A saved `CursorState.as_dict()` checked against the current population (`ConfigError`)."""
+        population = self._population
+        state = CursorState(*CursorState.values_from(values), population)
+        if not state.valid_for(len(population)):
+            raise ConfigError(f"invalid cursor state {state.as_dict()!r} for a population of {len(population)} rows")
+        return state
+
+    def restore_cursor_state(self, state: CursorState) -> None:
+        """Make a checked `state` the dataset's cursor, under its lock (`LoaderStateError` if the
+        population changed since it was checked)."""
+        with self._lock:
+            if state.population is not self._population:
+                raise LoaderStateError("the dataset's table changed while its cursor state was restored")
+            self._cursor, self._draw_offset, self._epoch_len = state.cursor, state.draw_offset, state.epoch_len
+
+    def cache_identity(self) -> CacheIdentity:
+        """The caches' logical and physical identity (computed once)."""
+        caches = self._worker_caches()
+        return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, caches.cache_dirs, caches.key)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -179,8 +302,7 @@ class CachedDataset:
         return self._iterate()
 
     def _iterate(self) -> Iterator[CachedSample]:
-        window = self._reserve()
-        yield from self._sample_builder.samples(self._chunks(window))
+        yield from self.read_window(self.reserve_window())
 
     def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
         """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es
@@ -192,7 +314,7 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        window = self._reserve()
+        window = self.reserve_window()
         # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
         builder = self._sample_builder
@@ -331,7 +453,7 @@ class CachedDataset:
     def __repr__(self) -> str:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
 
-    # -- PyTorch (datasetrt/integrations/torch.py, imported here lazily: the core never imports torch)
+    # -- PyTorch (datasetrt/integrations/torch/, imported here lazily: the core never imports torch)
 
     def to_torch_iterable_dataset(self) -> Any:
         """A sized `torch.utils.data.IterableDataset` over this dataset (docs/pytorch.md)."""
