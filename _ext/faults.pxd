@@ -26,6 +26,8 @@ cdef enum Fault:
     F_LEVEL = 17          # ConfigError: a level the codec library does not have
     F_ARGUMENT = 18       # ConfigError: arguments that break a kernel's documented contract
     F_TYPE = 19           # ArgumentTypeError
+    F_STATE = 20          # CacheFormatError: a record and its cache's codec state (zstd_dict dictionary) disagree,
+                          # or the state itself is not one the codec can load
 
 
 cdef inline int raise_fault(int code, str message) except -1:
@@ -50,6 +52,6 @@ cdef inline int raise_fault(int code, str message) except -1:
         cls = errors.ConfigError
     elif code == F_TYPE:
         cls = errors.ArgumentTypeError
-    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC and anything unforeseen
+    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC, F_STATE and anything unforeseen
         cls = errors.CacheFormatError
     raise cls(message)

@@ -5,7 +5,8 @@ the command runs, so `datasetrt --help` stays light); knows no cache byte layout
 
   datasetrt convert SRC... --out DIR [--payload-column C] [--metadata-columns C...]
                     [--rename A=B...] [--index-column NAME] [--dtype D [--shape S]]
-                    [--codec none|lz4|zstd] [--level N] [--name NAME...] [--workers N] [--no-progress]
+                    [--codec none|lz4|zstd|zstd_dict] [--level N] [--dict-bytes N] [--name NAME...]
+                    [--workers N] [--no-progress]
 
 Each SRC (a file, or a directory of files of one kind) becomes the cache DIR/NAME (NAME defaults to
 the file name without its data suffixes, or the directory's name). Typed payloads: `--dtype` /
@@ -21,6 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Any
+
+from datasetrt.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +42,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "are cast exactly, byte payloads must fit; default: inferred from a list payload column")
     p.add_argument("--shape", metavar="S", help="with --dtype: comma-separated dims, None for the ragged one "
                    "(512, None,3; '' for scalars); default None (one ragged dim)")
-    p.add_argument("--codec", choices=("none", "lz4", "zstd"), default="none", help="payload compression")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--codec", choices=CODEC_NAMES, default="none", help="payload compression")
+    p.add_argument("--level", type=int, default=3, help="zstd / zstd_dict level (default 3)")
+    p.add_argument("--dict-bytes", type=int, default=DICT_BYTES_DEFAULT, metavar="N",
+                   help=f"zstd_dict: most bytes of the dictionary trained per cache (default {DICT_BYTES_DEFAULT})")
     p.add_argument("--name", action="extend", nargs="+", default=[], metavar="NAME",
                    help="cache names, one per SRC in order")
     p.add_argument("--workers", type=int, default=2, help="compression threads (default 2)")
@@ -114,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
                              rename=renames, index_column=args.index_column, payload_spec=given)
                    for path, name in zip(args.sources, names)]
         config = drt.WriterConfig(show_progress=not args.no_progress, payload_spec=_common_spec(args.sources, sources),
-                                  shard_compression=drt.ShardCompression(algo=args.codec, level=args.level))
+                                  shard_compression=drt.ShardCompression(algo=args.codec, level=args.level,
+                                                                         dict_bytes=args.dict_bytes))
         with drt.DatasetRuntime(num_workers=max(1, args.workers)) as rt:
             results = rt.write_cache(sources, args.out, writer_config=config)
     except (DatasetRTError, ValueError) as exc:

@@ -111,3 +111,19 @@ def test_convert_refuses_specs_that_differ_across_inputs(tmp_path, capsys):
                          (["--dtype", "object"], "PayloadSpec dtype")):
         assert main(["convert", str(tmp_path / "i.parquet"), "--out", str(tmp_path / "o2"), *bad]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_convert_with_a_trained_dictionary(tmp_path, capsys):
+    texts = [json.dumps({"user": f"u{i % 17}", "event": ("click", "view")[i % 2], "n": i}) for i in range(200)]
+    pq.write_table(pa.table({"text": texts}), tmp_path / "events.parquet")
+    args = ["convert", str(tmp_path / "events.parquet"), "--out", str(tmp_path / "out"), "--no-progress",
+            "--payload-column", "text", "--index-column", "row", "--codec", "zstd_dict", "--dict-bytes", "2048",
+            "--level", "5"]
+    assert main(args) == 0, capsys.readouterr()
+    manifest = json.loads((tmp_path / "out" / "events" / "manifest.json").read_text())
+    assert manifest["shards"][0]["compression"] == {"algo": "zstd_dict", "ratio": 1.0, "level": 5}
+    assert manifest["datasetrt"]["zstd_dictionary"]["byte_len"] <= 2048
+    assert [d for d, _ in read(tmp_path / "out" / "events")] == [t.encode() for t in texts]
+    assert main(["convert", str(tmp_path / "events.parquet"), "--out", str(tmp_path / "other"),
+                 "--codec", "zstd_dict", "--dict-bytes", "100"]) == 2
+    assert "dict_bytes" in capsys.readouterr().err
