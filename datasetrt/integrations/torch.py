@@ -1113,6 +1113,14 @@ def to_torch_dataloader(
             ForkingPickler(_PickleSink(), pickle.HIGHEST_PROTOCOL).dump(sample_transform_fn)
         except Exception as error:
             raise ArgumentTypeError("sample_transform_fn must be picklable for multiprocess loading") from error
+    if collate_fn is not None and context is not None and context.get_start_method() != "fork":
+        # torch pickles collate_fn into each non-forked worker: fail here, not at the first next().
+        try:
+            ForkingPickler(_PickleSink(), pickle.HIGHEST_PROTOCOL).dump(collate_fn)
+        except Exception as error:
+            raise ArgumentTypeError(
+                f"collate_fn must be picklable with multiprocessing_context={context.get_start_method()!r} "
+                f"({error}); use a module-level function or multiprocessing_context='fork'") from error
 
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:
