@@ -219,12 +219,13 @@ class _StagedCache:
 
     # -- records ----------------------------------------------------------------------------
 
-    def accept_metadata(self, metadata: Any) -> tuple[bytes, tuple]:
+    def accept_metadata(self, metadata: Any, sample: int) -> tuple[bytes, tuple]:
+        """Sample number `sample` of the source (its position, for messages): JSON and row values."""
         if self.schema is None:
-            self.schema = envelope.MetadataSchema(envelope.check_metadata_mapping(metadata))
+            self.schema = envelope.MetadataSchema(metadata, sample)
             self.columns = [[] for _ in self.schema.names]
             self.column_chunks = [[] for _ in self.schema.names]
-        return self.schema.encode(metadata)
+        return self.schema.encode(metadata, sample)
 
     def commit(self, jsons: list, stored: list, raw_lens: list, values: list) -> None:
         """Append a block of encoded records in order (the only place records reach disk).
@@ -575,13 +576,13 @@ class SourceWriter:
         payloads: list = []
         raw_lens: list = []
         values: list = []
-        for item in _guarded(iterator, profile):
+        for sample, item in enumerate(_guarded(iterator, profile)):
             try:
                 with profile.stage("python_extract"):
-                    data, metadata = envelope.unpack_input(item)
-                    payload = envelope.as_payload(data)
+                    data, metadata = envelope.unpack_input(item, sample)
+                    payload = envelope.as_payload(data, sample)
                 with profile.stage("metadata_validate"):
-                    js, row = staged.accept_metadata(metadata)
+                    js, row = staged.accept_metadata(metadata, sample)
             except (DatasetRTError, KeyboardInterrupt, SystemExit):
                 raise
             except Exception as exc:  # noqa: BLE001 - user objects (__eq__, __hash__, buffers) may raise anything
