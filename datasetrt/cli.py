@@ -8,6 +8,8 @@ Boundary: argument parsing and printing over the public API and the format layer
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, metadata decode,
                                            index bounds, every record read and checked);
                                            exit 1 if any cache fails
+  datasetrt pss [options] -- COMMAND...    PSS/USS/RSS of a command's process tree (or --pid PID):
+                                           report, --csv, --json, --png (datasetrt/tools/pss.py)
 A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
 cache" by both, not as a failure, so `datasetrt validate caches/*` works.
 """
@@ -47,8 +49,14 @@ def _validate(cache_dirs: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pss"]:  # its own parser: everything after `--` is the measured command
+        from datasetrt.tools import pss
+
+        return pss.main(argv[1:])
     parser = argparse.ArgumentParser(prog="datasetrt", description="Inspect and validate datasetrt / dataset-rt caches.")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("pss", add_help=False, help="memory (PSS/USS/RSS) of a command's process tree: datasetrt pss --help")
     p_inspect = sub.add_parser("inspect", help="manifest summary, schema, counts, sizes, damaged files")
     p_inspect.add_argument("cache_dirs", type=Path, nargs="+")
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
