@@ -11,8 +11,8 @@ Publication protocol (sources in input order; `_Staging`, `SourceWriter.stage`, 
   3. write metadata.arrow, index.bin, the checksum sidecar, then manifest.json LAST (not synced
      yet); the cache waits in the publisher's batch, its lock held;
   4. per batch (up to `_Publisher.BATCH_CACHES` caches or `BATCH_BYTES` bytes, and at the end):
-     make every file and directory of the batch durable at once (one syncfs, or concurrent
-     fsyncs where syncfs cannot report errors), then rename each <base>/tmp/<name> ->
+     make every file and directory of the batch durable at once (one syncfs for 16 or more
+     caches where syncfs reports errors, else concurrent fsyncs), then rename each <base>/tmp/<name> ->
      <base>/<name> with RENAME_NOREPLACE in input order, unlocking each, then fsync <base> once;
   5. remove <base>/tmp when the write leaves it empty.
 A failure at any step removes that source's staging dir; a published cache is never touched, and
@@ -832,7 +832,8 @@ class _Publisher:
     `BATCH_CACHES` caches / `BATCH_BYTES` bytes instead of ~8 fsyncs per cache:
 
       1. sync the batch: one syncfs(2) of the filesystem of <base> where it reports errors
-         (Linux >= 5.8), else fsync of every file and directory of the batch, concurrently;
+         (Linux >= 5.8) and the batch holds `SYNCFS_MIN_CACHES` or more caches, else fsync of
+         every file and directory of the batch, concurrently;
       2. rename each staging dir to its target (RENAME_NOREPLACE), in input order;
       3. one fsync of <base>, which makes all the renames durable;
       4. release the staging locks (held since staging, so no writer of the same name takes a
@@ -844,6 +845,9 @@ class _Publisher:
 
     BATCH_CACHES = 128
     BATCH_BYTES = 64 << 20
+    # syncfs also waits for every other process's dirty data on the filesystem, so a batch of few
+    # caches (one large cache, the tail of a write) fsyncs its own files instead.
+    SYNCFS_MIN_CACHES = 16
 
     def __init__(self, base: Path, results: list) -> None:
         self.base = base
@@ -913,15 +917,15 @@ class _Publisher:
                 staged.profile.add("publish", share)
 
     def _sync(self, batch: list[tuple[int, _Staged]]) -> None:
-        fd = self._base_fd
-        if fd is not None:
-            self._base_fd = None  # the next batch samples the error state anew
-            try:
+        fd, self._base_fd = self._base_fd, None  # the next batch samples the error state anew
+        try:
+            if fd is not None and len(batch) >= self.SYNCFS_MIN_CACHES:
                 syncfs(fd)
-            finally:
+            else:
+                fsync_paths([path for _, staged in batch for path in staged.files])
+        finally:
+            if fd is not None:
                 os.close(fd)
-        else:
-            fsync_paths([path for _, staged in batch for path in staged.files])
 
 
 def write_profile(path: Path, elapsed_ns: int, profiles: list[tuple[str, StageProfile]]) -> None:

@@ -69,6 +69,8 @@ def _kill_writer_at(base: Path, moment: str, sync: str) -> None:
             os.close(report_r), os.close(hold_w)
             if sync == "fsync":
                 writer.SYNCFS_REPORTS_ERRORS = False
+            else:
+                writer._Publisher.SYNCFS_MIN_CACHES = 1  # this batch of five syncs the filesystem
             sources = [ListSource(n, ITEMS[n]) for n in NAMES]
             if moment == "staged":  # the 4th source blocks: three caches staged, nothing synced
                 sources[3] = Blocking(NAMES[3], ITEMS[NAMES[3]], 5, report_w, hold_r)

@@ -31,42 +31,49 @@ def _files_under(path: Path) -> set[Path]:
     return {path, *path.rglob("*")}
 
 
-def _rename_checking(monkeypatch, synced: set, log: list) -> None:
-    """Wrap the publisher's rename: every file and dir of the staging dir must be synced by then."""
-    real = writer.rename_noreplace
+def _recording_syncs(monkeypatch) -> list:
+    """Record the publisher's syncs ("syncfs", or the set of paths fsynced) and renames in order;
+    a rename asserts that the last sync covered every file and directory of the staging dir."""
+    log: list = []
+    real_syncfs, real_fsyncs, real_rename = writer.syncfs, writer.fsync_paths, writer.rename_noreplace
 
     def rename(src, dst):
-        assert _files_under(Path(src)) <= synced or "syncfs" in log, f"{src} renamed before it was synced"
+        last = next(entry for entry in reversed(log) if entry != "rename")
+        assert last == "syncfs" or _files_under(Path(src)) <= last, f"{src} renamed before it was synced"
         log.append("rename")
-        real(src, dst)
+        real_rename(src, dst)
 
+    monkeypatch.setattr(writer, "syncfs", lambda fd: (log.append("syncfs"), real_syncfs(fd))[1])
+    monkeypatch.setattr(writer, "fsync_paths", lambda paths: (log.append(set(paths)), real_fsyncs(paths))[1])
     monkeypatch.setattr(writer, "rename_noreplace", rename)
+    return log
+
+
+def _kinds(log: list) -> list:
+    return ["fsync" if isinstance(entry, set) else entry for entry in log]
 
 
 @pytest.mark.skipif(not writer.SYNCFS_REPORTS_ERRORS, reason="syncfs does not report errors on this kernel")
-def test_one_syncfs_per_batch_before_its_renames(runtime, tmp_path, monkeypatch):
-    log: list = []
-    real = writer.syncfs
-    monkeypatch.setattr(writer, "syncfs", lambda fd: (log.append("syncfs"), real(fd))[1])
-    _rename_checking(monkeypatch, set(), log)
-    n = 2 * writer._Publisher.BATCH_CACHES + 3
+def test_one_sync_per_batch_before_its_renames(runtime, tmp_path, monkeypatch):
+    """Full batches sync the filesystem once; the short last one (under SYNCFS_MIN_CACHES) fsyncs
+    its own files."""
+    log = _recording_syncs(monkeypatch)
+    batch = writer._Publisher.BATCH_CACHES
+    n = 2 * batch + 3
     results = runtime.write_cache([Raw(f"s{k:03d}", OK) for k in range(n)], tmp_path, writer_config=QUIET)
     assert all(isinstance(r, drt.CacheWriteSuccess) for r in results)
-    batch = writer._Publisher.BATCH_CACHES
-    assert log == (["syncfs"] + ["rename"] * batch) * 2 + ["syncfs"] + ["rename"] * 3
+    assert _kinds(log) == (["syncfs"] + ["rename"] * batch) * 2 + ["fsync"] + ["rename"] * 3
 
 
 def test_fsync_fallback_syncs_every_file_and_directory_before_the_rename(runtime, tmp_path, monkeypatch):
     monkeypatch.setattr(writer, "SYNCFS_REPORTS_ERRORS", False)
-    synced: set = set()
-    real = writer.fsync_paths
-    monkeypatch.setattr(writer, "fsync_paths", lambda paths: (synced.update(paths), real(paths))[1])
-    log: list = []
-    _rename_checking(monkeypatch, synced, log)
+    monkeypatch.setattr(writer._Publisher, "SYNCFS_MIN_CACHES", 1)  # would syncfs, but it cannot report errors
+    log = _recording_syncs(monkeypatch)
     items = [(bytes([k]) * 5000, {"k": k}) for k in range(40)]
     config = drt.WriterConfig(show_progress=False, max_shard_bytes=30_000)  # several shards
     results = runtime.write_cache([Raw("a", items), Raw("b", OK)], tmp_path, writer_config=config)
-    assert all(isinstance(r, drt.CacheWriteSuccess) for r in results) and log == ["rename", "rename"]
+    assert all(isinstance(r, drt.CacheWriteSuccess) for r in results)
+    assert _kinds(log) == ["fsync", "rename", "rename"]
     assert len(list((tmp_path / "a" / "shards").iterdir())) > 3
 
 
