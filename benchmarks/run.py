@@ -20,7 +20,7 @@ else the multiset.
 Write, each workload and codec, each contender in a fresh subprocess with the payloads already in
 memory: datasetrt and dataset-rt 0.4.8 `DatasetRuntime(num_workers=W).write_cache` (dataset-rt has
 no zstd), loaderx building its Dense / Ragged store (raw and zstd; it has no lz4). Plus many small
-caches: N sources of 20 x 64 B records in one write_cache call (N = 2,000 with --full, 200 with
+caches: N sources of 20 x 64 B records in one write_cache call (N = 2,000 with --full, 100 with
 --quick, 50 with --smoke; datasetrt and dataset-rt only). Figures: payload
 MiB/s (median, min, max), samples/s, peak tree PSS, ratio to datasetrt; every written cache or store
 is read back and its payloads compared with the generated ones in write order.
@@ -63,7 +63,7 @@ OURS = "datasetrt"
 ORDER_FOLLOWERS = {"datasetrt", "datasetrt batches", "dataset-rt 0.4.8"}  # same plan, same order
 # (name, kind, size or (lo, hi), count, algos) per mode; counts are multiples of 256 (loaderx steps).
 # Many small caches (write section only): N sources of 20 x 64 B records each, one write_cache call.
-MANY_SMALL = {"smoke": 50, "quick": 200, "full": 2000}
+MANY_SMALL = {"smoke": 50, "quick": 100, "full": 2000}
 MANY_SMALL_RECORDS, MANY_SMALL_BYTES = 20, 64
 MODES = {
     "smoke": [("4 KiB", "fixed", 4096, 1024, "none"), ("1-64 KiB", "var", (1024, 65536), 512, "none"),

@@ -15,7 +15,7 @@ RT = "dataset-rt 0.4.8"
 # --quick write workloads (each workload's codecs) -> contenders: dataset-rt has no zstd, loaderx no lz4
 WRITES = {"4 KiB x 4096 none": {"datasetrt", RT, "loaderx"}, "150 KiB x 512 none": {"datasetrt", RT, "loaderx"},
           "1-64 KiB x 1024 none": {"datasetrt", RT, "loaderx"}, "tokens x 4096 lz4": {"datasetrt", RT},
-          "tokens x 4096 zstd": {"datasetrt", "loaderx"}, "200 x 20 x 64 B none": {"datasetrt", RT}}
+          "tokens x 4096 zstd": {"datasetrt", "loaderx"}, "100 x 20 x 64 B none": {"datasetrt", RT}}
 OPEN_COUNTS = ("1", "100", "1,000")
 CONTENDER = r"(?P<c>datasetrt|dataset-rt 0\.4\.8|loaderx)"
 
