@@ -2,11 +2,41 @@
 """Chunk post-processing kernels: pack payloads contiguously; join embedded JSON for one parse.
 
 Boundary: byte buffers and offset arrays in, buffers out; no files, no tables.
+
+The spans come from a gather (already bounds-checked against the disk), but each entry point still
+checks that every (offset, length) it copies lies inside its buffers, in O(n), before touching
+memory: a caller bug is a ConfigError raised through faults.raise_fault, never a stray write.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy
+
+from faults cimport F_ARGUMENT, raise_fault
+
+
+cdef Py_ssize_t _bad_span(const int64_t[::1] off, const int64_t[::1] length, Py_ssize_t n,
+                          Py_ssize_t size) noexcept nogil:
+    """First i < n whose [off[i], off[i] + length[i]) is not inside [0, size), or -1."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if off[i] < 0 or length[i] < 0 or off[i] > size or length[i] > size - off[i]:
+            return i
+    return -1
+
+
+cdef int _check_spans(str kernel, str what, const int64_t[::1] off, const int64_t[::1] length, Py_ssize_t n,
+                      Py_ssize_t size) except -1:
+    """Raise (F_ARGUMENT) unless spans [0, n) of (off, length) exist and lie inside `size` bytes."""
+    cdef Py_ssize_t bad
+    if n < 0 or off.shape[0] < n or length.shape[0] < n:
+        raise_fault(F_ARGUMENT, f"{kernel}: {n} rows asked of {what} spans of {off.shape[0]} and {length.shape[0]}")
+    with nogil:
+        bad = _bad_span(off, length, n, size)
+    if bad >= 0:
+        raise_fault(F_ARGUMENT, f"{kernel}: {what} span {bad} (offset {off[bad]}, length {length[bad]}) "
+                                f"lies outside its {size}-byte buffer")
+    return 0
 
 
 cdef inline bint _is_ws(uint8_t c) noexcept nogil:
@@ -52,6 +82,7 @@ def json_array(const uint8_t[::1] data, const int64_t[::1] json_off, const int64
     cdef Py_ssize_t i
     cdef int64_t total = 2
     cdef const uint8_t* base = &data[0] if data.shape[0] else NULL
+    _check_spans("json_array", "JSON", json_off, json_len, n, data.shape[0])
     for i in range(n):
         if not _single_object(base + json_off[i], json_len[i]):
             return None, i
@@ -74,11 +105,17 @@ def json_array(const uint8_t[::1] data, const int64_t[::1] json_off, const int64
 def pack_payloads(const uint8_t[::1] data, const int64_t[::1] data_off, const int64_t[::1] data_len,
                   Py_ssize_t n, uint8_t[::1] out, int64_t[::1] out_off, Py_ssize_t start):
     """Copy payloads [0, n) back to back into out[start:], writing their start offsets into
-    out_off[0:n]; returns the end offset. The caller sized `out` (sum of data_len)."""
+    out_off[0:n]; returns the end offset. The caller sized `out` (at least start + sum of data_len)."""
     cdef Py_ssize_t i
-    cdef int64_t pos = start
+    cdef int64_t pos = start, total = 0
     cdef const uint8_t* base = &data[0] if data.shape[0] else NULL
     cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
+    _check_spans("pack_payloads", "payload", data_off, data_len, n, data.shape[0])
+    for i in range(n):
+        total += data_len[i]
+    if out_off.shape[0] < n or start < 0 or start > out.shape[0] or total > out.shape[0] - start:
+        raise_fault(F_ARGUMENT, f"pack_payloads: {total} payload bytes from offset {start} do not fit "
+                                f"a {out.shape[0]}-byte buffer (or out_off has {out_off.shape[0]} < {n} rows)")
     with nogil:
         for i in range(n):
             out_off[i] = pos
@@ -92,6 +129,7 @@ def payload_list(const uint8_t[::1] data, const int64_t[::1] data_off, const int
     """Payloads [0, n) as a list of new bytes objects (the per-sample path's one copy)."""
     cdef Py_ssize_t i
     cdef const char* base = <const char*>&data[0] if data.shape[0] else NULL
+    _check_spans("payload_list", "payload", data_off, data_len, n, data.shape[0])
     out = [None] * n
     for i in range(n):
         out[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])

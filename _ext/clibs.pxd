@@ -1,5 +1,5 @@
 # Shared C declarations of the codec and hash libraries the kernels link (liblz4, libzstd, libxxhash).
-# Declarations only: no logic lives here.
+# Declarations only: no logic lives here (codec ids, limits and helpers: codecs.pxd).
 from libc.stdint cimport uint64_t
 
 cdef extern from "lz4.h" nogil:
@@ -32,9 +32,3 @@ cdef extern from "zstd.h" nogil:
 cdef extern from "xxhash.h" nogil:
     ctypedef unsigned long long XXH64_hash_t
     XXH64_hash_t XXH3_64bits(const void* data, size_t length)
-
-# Codec identifiers shared by the writer, the reader tables and the gather kernel.
-cdef enum CodecId:
-    CODEC_NONE = 0
-    CODEC_LZ4 = 1
-    CODEC_ZSTD = 2

@@ -20,6 +20,8 @@ All draw loops run with the GIL released and write into a preallocated numpy arr
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from planning cimport bisect_right, splitmix_mix
+
 import numpy as np
 
 cdef extern from *:
@@ -141,23 +143,11 @@ cdef inline uint64_t _double_to_bits(double x) noexcept nogil:
 cdef double _ONE_MINUS_EPS = _bits_to_double(0x3FEFFFFFFFFFFFFEULL)
 
 
-cdef inline Py_ssize_t _bisect_right(const double* cum, Py_ssize_t m, double x) noexcept nogil:
-    """Number of entries of the sorted ``cum[0:m]`` that are <= x (O(log m))."""
-    cdef Py_ssize_t lo = 0, hi = m, mid
-    while lo < hi:
-        mid = lo + ((hi - lo) >> 1)
-        if cum[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 cdef inline Py_ssize_t _weighted(DrawRng* rng, const double* cum, Py_ssize_t m,
                                  double scale) noexcept nogil:
     """rand 0.8 ``WeightedIndex<f64>`` sample: u in [0, 1) from 52 bits, times scale, bisect."""
     cdef double u = _bits_to_double((_next_u64(rng) >> 12) | (<uint64_t>1023 << 52)) - 1.0
-    return _bisect_right(cum, m, u * scale)
+    return bisect_right(cum, m, u * scale)
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,12 +229,6 @@ def weighted_draws(uint64_t seed, const double[::1] cum, double scale, uint64_t 
     return result
 
 
-cdef inline uint64_t _splitmix_mix(uint64_t z) noexcept nogil:
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL
-    return z ^ (z >> 31)
-
-
 def derive_seed(uint64_t common, uint32_t rank, uint32_t worker):
     """dataset-rt's per-(rank, worker) seed: ``mix(((rank << 32) | worker) ^ mix(common ^ K))``.
 
@@ -252,5 +236,5 @@ def derive_seed(uint64_t common, uint32_t rank, uint32_t worker):
     ``K = 0x4453545253454544`` (b"DSTRSEED"); all arithmetic mod 2**64. ``common`` in [0, 2**64),
     ``rank``/``worker`` in [0, 2**32) (OverflowError otherwise). Returns a Python int.
     """
-    cdef uint64_t key = _splitmix_mix(common ^ 0x4453545253454544ULL)
-    return _splitmix_mix(((<uint64_t>rank << 32) | worker) ^ key)
+    cdef uint64_t key = splitmix_mix(common ^ 0x4453545253454544ULL)
+    return splitmix_mix(((<uint64_t>rank << 32) | worker) ^ key)

@@ -9,8 +9,10 @@ but nothing read from disk is trusted: every index entry, offset, length, JSON l
 prefix is bounds-checked before it is used, and a record's XXH3-64 is checked (when the cache has a
 checksum sidecar) before any of its bytes are interpreted.
 
-The inner loop runs with the GIL released; a failure stops the loop and is turned into a typed
-exception at one choke point (`_raise_fault`), naming the cache directory, sample and shard.
+The inner loop runs with the GIL released; a failure stops the loop with a fault code (faults.pxd)
+and `_raise_fault` words it (cache directory, sample, shard) and raises it through the kernels'
+one choke point, `faults.raise_fault`. Codecs are decoded through the codec table's helpers
+(codecs.pxd), so this loop names no codec but the identity one, whose records are read in place.
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE
@@ -21,13 +23,22 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, strerror
 
-from clibs cimport (
-    CODEC_LZ4, CODEC_NONE, CODEC_ZSTD, LZ4_decompress_safe, XXH3_64bits, ZSTD_DCtx,
-    ZSTD_createDCtx, ZSTD_decompressDCtx, ZSTD_findFrameCompressedSize, ZSTD_freeDCtx,
-    ZSTD_getFrameContentSize, ZSTD_isError,
+from clibs cimport XXH3_64bits
+from codecs cimport CODEC_NONE, DecodeContext, decode, decode_context_free, decode_context_init, decoded_size
+from faults cimport (
+    F_BOUNDS, F_CHECKSUM, F_CODEC, F_DECODE, F_DECODED_LIMIT, F_ENVELOPE, F_IO, F_NOMEM, F_NOT_OPEN, F_OK,
+    F_OUT_FULL, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_UTF8, raise_fault,
 )
+from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
-from datasetrt import errors
+from datasetrt.codecs import CODEC_BY_ID
+
+# The record sizes this kernel indexes by (layout.pxd), for the twin check against format/layout.py.
+RECORD_LAYOUT = {
+    "INDEX_ROW_BYTES": INDEX_ROW_BYTES,
+    "CHECKSUM_ROW_BYTES": CHECKSUM_ROW_BYTES,
+    "RECORD_HEADER_BYTES": RECORD_HEADER_BYTES,
+}
 
 cdef extern from "<unistd.h>" nogil:
     ssize_t pread(int fd, void* buf, size_t count, long offset)
@@ -52,13 +63,6 @@ cdef extern from "<sys/mman.h>" nogil:
 
 cdef extern from *:
     """
-    #define DRT_ZSTD_UNKNOWN ZSTD_CONTENTSIZE_UNKNOWN
-    #define DRT_ZSTD_ERROR ZSTD_CONTENTSIZE_ERROR
-    #define DRT_INDEX_ROW_BYTES 24
-    #define DRT_LZ4_MAX_RATIO 255ULL
-    #define DRT_LZ4_RATIO_SLACK 64ULL
-    #define DRT_ZSTD_RATIO_SHIFT 15
-    #define DRT_LZ4_MAX_BLOCK 0x7E000000ULL
     /* Offset of the first byte that breaks strict UTF-8 (as CPython's decoder: no overlongs,
        surrogates or code points above U+10FFFF), or -1 when all n bytes are valid. */
     static inline int64_t drt_utf8_invalid_at(const uint8_t* p, uint64_t n) {
@@ -87,18 +91,8 @@ cdef extern from *:
         return v;
     }
     """
-    const unsigned long long DRT_ZSTD_UNKNOWN
-    const unsigned long long DRT_ZSTD_ERROR
     uint64_t drt_load_u64le(const uint8_t* p) nogil
     int64_t drt_utf8_invalid_at(const uint8_t* p, uint64_t n) nogil
-
-    # Largest decoded/stored size ratios a valid payload can have: an LZ4 block yields at most ~255
-    # bytes per input byte; a zstd frame under 32 KiB per byte (an RLE block: 4 bytes -> 128 KiB).
-    # A size header beyond these is hostile and is refused before anything is sized from it.
-    const uint64_t LZ4_MAX_RATIO "DRT_LZ4_MAX_RATIO"
-    const uint64_t LZ4_RATIO_SLACK "DRT_LZ4_RATIO_SLACK"
-    const int ZSTD_RATIO_SHIFT "DRT_ZSTD_RATIO_SHIFT"
-    const uint64_t LZ4_MAX_BLOCK "DRT_LZ4_MAX_BLOCK"
 
 
 cdef enum:
@@ -131,16 +125,16 @@ cdef class MappedFile:
         with nogil:
             fd = open(c_path, O_RDONLY | O_CLOEXEC)
         if fd < 0:
-            raise _io_error(errno, self.path)
+            _raise_io(errno, self.path)
         try:
             if fstat(fd, &st) != 0:
-                raise _io_error(errno, self.path)
+                _raise_io(errno, self.path)
             self.size = st.st_size
             if self.size > 0:
                 self.addr = mmap(NULL, <size_t>self.size, PROT_READ, MAP_SHARED, fd, 0)
                 if self.addr == MAP_FAILED:
                     self.addr = NULL
-                    raise _io_error(errno, self.path)
+                    _raise_io(errno, self.path)
         finally:
             close(fd)
 
@@ -185,31 +179,31 @@ cdef class MappedFile:
         self._exports -= 1
 
 
-def _io_error(int err, str path):
-    return errors.CacheIOError(f"I/O error: {strerror(err).decode()} (os error {err}): {path}")
+cdef int _raise_io(int err, str path) except -1:
+    raise_fault(F_IO, f"I/O error: {strerror(err).decode()} (os error {err}): {path}")
 
 
 cdef class Scratch:
-    """Per-reader scratch: a growable staging buffer for compressed records and a zstd context.
+    """Per-reader scratch: a growable staging buffer for compressed records and the codecs'
+    decoding contexts (codecs.pxd DecodeContext).
 
-    Not thread-safe; one per reading thread/process. Memory held: the largest compressed record
-    seen so far plus one ZSTD_DCtx (~100 KiB).
+    Not thread-safe; one per reading thread/process. Memory held: the largest compressed run
+    staged so far plus the contexts (one ZSTD_DCtx, ~100 KiB).
     """
     cdef uint8_t* buf
     cdef size_t cap
-    cdef ZSTD_DCtx* dctx
+    cdef DecodeContext codecs
 
     def __cinit__(self):
         self.buf = NULL
         self.cap = 0
-        self.dctx = ZSTD_createDCtx()
-        if self.dctx == NULL:
-            raise MemoryError("ZSTD_createDCtx failed")
+        if decode_context_init(&self.codecs) != F_OK:
+            decode_context_free(&self.codecs)
+            raise_fault(F_NOMEM, "cannot allocate the codecs' decoding contexts")
 
     def __dealloc__(self):
         free(self.buf)
-        if self.dctx != NULL:
-            ZSTD_freeDCtx(self.dctx)
+        decode_context_free(&self.codecs)
 
     @property
     def capacity(self):
@@ -225,26 +219,6 @@ cdef class Scratch:
         self.buf = p
         self.cap = n
         return 0
-
-
-# Fault codes of the gather loop (F_*). F_OUT_FULL is flow control, not a fault.
-cdef enum Fault:
-    F_OK = 0
-    F_OUT_FULL = 1
-    F_SAMPLE_RANGE = 2
-    F_SHARD_ID = 3
-    F_BOUNDS = 4
-    F_IO = 5
-    F_SHORT_READ = 6
-    F_CHECKSUM = 7
-    F_ENVELOPE = 8
-    F_LZ4 = 9
-    F_ZSTD = 10
-    F_DECODED_LIMIT = 11
-    F_NOT_OPEN = 12
-    F_NOMEM = 13
-    F_CODEC = 14
-    F_UTF8 = 15
 
 
 cdef struct FaultInfo:
@@ -294,12 +268,12 @@ cdef Py_ssize_t _span_end(
         sid = row_sample[j]
         if sid >= index_rows[c]:
             break
-        entry = <const uint8_t*>index_addr[c] + sid * 24
+        entry = <const uint8_t*>index_addr[c] + sid * INDEX_ROW_BYTES
         if drt_load_u64le(entry) != shard_id:
             break
         off = drt_load_u64le(entry + 8)
         rec_len = drt_load_u64le(entry + 16)
-        if off != end or rec_len < 8 or rec_len > shard_len - off or rec_len > limit - total[0]:
+        if off != end or rec_len < RECORD_HEADER_BYTES or rec_len > shard_len - off or rec_len > limit - total[0]:
             break
         total[0] += rec_len
         end += rec_len
@@ -338,9 +312,7 @@ def gather(
     cdef const uint8_t* rec
     cdef const uint8_t* payload
     cdef uint8_t* dst
-    cdef int got, codec
-    cdef size_t zgot
-    cdef unsigned long long zsize
+    cdef int codec, status
     cdef int64_t bad_at
     cdef Py_ssize_t span_stop = 0
     cdef uint64_t span_off = 0, span_total = 0
@@ -361,7 +333,7 @@ def gather(
             if sid >= index_rows[c]:
                 f.code = F_SAMPLE_RANGE
                 break
-            entry = <const uint8_t*>index_addr[c] + sid * 24
+            entry = <const uint8_t*>index_addr[c] + sid * INDEX_ROW_BYTES
             shard_id = drt_load_u64le(entry)
             off = drt_load_u64le(entry + 8)
             rec_len = drt_load_u64le(entry + 16)
@@ -376,7 +348,7 @@ def gather(
             if off > shard_len[s] or rec_len > shard_len[s] - off:
                 f.code = F_BOUNDS
                 break
-            if rec_len < 8:
+            if rec_len < RECORD_HEADER_BYTES:
                 f.code = F_ENVELOPE
                 break
             f.a = 0
@@ -414,58 +386,39 @@ def gather(
                 span_off = off
                 rec = scratch.buf
             if cksum_addr[c] != 0:
-                expect = drt_load_u64le(<const uint8_t*>cksum_addr[c] + sid * 8)
+                expect = drt_load_u64le(<const uint8_t*>cksum_addr[c] + sid * CHECKSUM_ROW_BYTES)
                 if XXH3_64bits(rec, rec_len) != expect:
                     f.code = F_CHECKSUM
                     f.a = expect
                     break
             jlen = drt_load_u64le(rec)
-            if jlen > rec_len - 8:
+            if jlen > rec_len - RECORD_HEADER_BYTES:
                 f.code = F_ENVELOPE
                 f.a = jlen
                 f.b = rec_len
                 break
-            bad_at = drt_utf8_invalid_at(rec + 8, jlen)
+            bad_at = drt_utf8_invalid_at(rec + RECORD_HEADER_BYTES, jlen)
             if bad_at >= 0:
                 f.code = F_UTF8
                 f.a = <uint64_t>bad_at
                 break
-            plen = rec_len - 8 - jlen
-            payload = rec + 8 + jlen
-            if codec == CODEC_NONE:
-                json_off[i] = pos + 8
+            plen = rec_len - RECORD_HEADER_BYTES - jlen
+            payload = rec + RECORD_HEADER_BYTES + jlen
+            if codec == CODEC_NONE:  # stored raw: the record was read in place into `out`
+                json_off[i] = pos + RECORD_HEADER_BYTES
                 json_len[i] = jlen
-                data_off[i] = pos + 8 + jlen
+                data_off[i] = pos + RECORD_HEADER_BYTES + jlen
                 data_len[i] = plen
                 pos += rec_len
                 i += 1
                 continue
-            # Compressed: decoded size from the codec header, bounded by the shard's declared total.
-            if codec == CODEC_LZ4:
-                if plen < 4:
-                    f.code = F_LZ4
-                    break
-                dsize = payload[0] | (<uint64_t>payload[1] << 8) | (<uint64_t>payload[2] << 16) | (<uint64_t>payload[3] << 24)
-                if (dsize > LZ4_MAX_BLOCK or plen - 4 > LZ4_MAX_BLOCK
-                        or dsize > (plen - 4) * LZ4_MAX_RATIO + LZ4_RATIO_SLACK):
-                    f.code = F_LZ4
-                    f.a = dsize
-                    f.b = plen
-                    break
-            elif codec == CODEC_ZSTD:
-                zsize = ZSTD_getFrameContentSize(payload, plen)
-                if zsize == DRT_ZSTD_UNKNOWN or zsize == DRT_ZSTD_ERROR:
-                    f.code = F_ZSTD
-                    break
-                dsize = zsize
-                if (dsize >> ZSTD_RATIO_SHIFT) > plen:
-                    f.code = F_ZSTD
-                    f.a = dsize
-                    f.b = plen
-                    break
-            else:
-                f.code = F_CODEC
-                f.a = codec
+            # Encoded: decoded size from the codec's header (checked for plausibility by the codec),
+            # bounded by the shard's declared total, then decoded straight into `out`.
+            status = decoded_size(codec, payload, plen, NULL, &dsize)
+            if status != F_OK:
+                f.code = status
+                f.a = dsize if status == F_DECODE else <uint64_t>codec
+                f.b = plen
                 break
             if dsize > shard_ulen[s]:
                 f.code = F_DECODED_LIMIT
@@ -477,20 +430,11 @@ def gather(
                 f.code = F_OUT_FULL
                 break
             dst = &out[0] + pos
-            memcpy(dst, rec + 8, jlen)
-            if codec == CODEC_LZ4:
-                got = LZ4_decompress_safe(<const char*>(payload + 4), <char*>(dst + jlen), <int>(plen - 4), <int>dsize)
-                if got < 0 or <uint64_t>got != dsize:
-                    f.code = F_LZ4
-                    break
-            else:
-                if ZSTD_findFrameCompressedSize(payload, plen) != plen:
-                    f.code = F_ZSTD
-                    break
-                zgot = ZSTD_decompressDCtx(scratch.dctx, dst + jlen, dsize, payload, plen)
-                if ZSTD_isError(zgot) or zgot != dsize:
-                    f.code = F_ZSTD
-                    break
+            memcpy(dst, rec + RECORD_HEADER_BYTES, jlen)
+            status = decode(codec, payload, plen, dst + jlen, dsize, &scratch.codecs, NULL)
+            if status != F_OK:
+                f.code = status
+                break
             json_off[i] = pos
             json_len[i] = jlen
             data_off[i] = pos + jlen
@@ -505,49 +449,47 @@ def gather(
 
 cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
                       list cache_labels, list shard_names) except -1:
-    """The one place gather faults become typed exceptions (cf. pyarrow's check_status)."""
+    """Word a gather fault (naming cache, sample and shard) and raise it through raise_fault."""
     cdef int64_t c = row_cache[f.row]
     cdef uint64_t sid = row_sample[f.row]
     where = f"{cache_labels[c]} sample {sid}"
     shard = shard_names[f.shard] if f.shard >= 0 else "?"
+    codec = CODEC_BY_ID[f.codec].name if f.codec in CODEC_BY_ID else f"id {f.codec}"
     if f.code == F_SAMPLE_RANGE:
-        raise errors.SampleIndexError(f"sample_id {sid} is out of range for {cache_labels[c]}")
-    if f.code == F_SHARD_ID:
-        raise errors.CacheFormatError(f"index references missing shard {f.a}: {where}")
-    if f.code == F_BOUNDS:
+        message = f"sample_id {sid} is out of range for {cache_labels[c]}"
+    elif f.code == F_SHARD_ID:
+        message = f"index references missing shard {f.a}: {where}"
+    elif f.code == F_BOUNDS:
         # dataset-rt reports this as the short read it causes (RuntimeError "I/O error: failed to
         # fill whole buffer"); datasetrt refuses it before reading, so no truncated record escapes.
-        raise errors.CacheIOError(
-            f"I/O error: failed to fill whole buffer: index entry (offset {f.a}, byte_len {f.b}) "
-            f"lies outside shard {shard}: {where}")
-    if f.code == F_IO:
-        raise errors.CacheIOError(f"I/O error: {strerror(<int>f.a).decode()} (os error {f.a}): shard {shard}: {where}")
-    if f.code == F_SHORT_READ:
-        raise errors.CacheIOError(
-            f"I/O error: failed to fill whole buffer (read {f.a} of {f.b} bytes; shard {shard} changed on disk?): {where}")
-    if f.code == F_CHECKSUM:
-        raise errors.IntegrityError(f"record checksum mismatch for {where} (shard {shard})")
-    if f.code == F_ENVELOPE:
-        raise errors.CacheFormatError(f"invalid binary record: {where} (shard {shard})")
-    if f.code == F_LZ4 or f.code == F_ZSTD:
-        name = "lz4" if f.code == F_LZ4 else "zstd"
+        message = (f"I/O error: failed to fill whole buffer: index entry (offset {f.a}, byte_len {f.b}) "
+                   f"lies outside shard {shard}: {where}")
+    elif f.code == F_IO:
+        message = f"I/O error: {strerror(<int>f.a).decode()} (os error {f.a}): shard {shard}: {where}"
+    elif f.code == F_SHORT_READ:
+        message = (f"I/O error: failed to fill whole buffer (read {f.a} of {f.b} bytes; shard {shard} "
+                   f"changed on disk?): {where}")
+    elif f.code == F_CHECKSUM:
+        message = f"record checksum mismatch for {where} (shard {shard})"
+    elif f.code == F_ENVELOPE:
+        message = f"invalid binary record: {where} (shard {shard})"
+    elif f.code == F_DECODE:
         detail = f" (declared decoded size {f.a} is impossible for {f.b} stored bytes)" if f.a else ""
-        raise errors.CacheFormatError(f"failed to decompress {name} payload{detail}: {where} (shard {shard})")
-    if f.code == F_DECODED_LIMIT:
-        name = "lz4" if f.codec == CODEC_LZ4 else "zstd"
-        raise errors.CacheFormatError(
-            f"failed to decompress {name} payload: decoded size {f.a} exceeds the shard's "
-            f"uncompressed_byte_len {f.b}: {where} (shard {shard})")
-    if f.code == F_UTF8:
-        raise errors.RecordJSONError(
-            f"JSON error: embedded metadata is not valid UTF-8 (byte {f.a}): {where} (shard {shard})")
-    if f.code == F_NOT_OPEN:
-        raise errors.CacheIOError(f"shard {shard} is not open for reading: {where}")
-    if f.code == F_NOMEM:
-        raise errors.ResourceLimitError(f"cannot allocate {f.a} bytes of read scratch for {where}")
-    if f.code == F_CODEC:
-        raise errors.CacheFormatError(f"unknown codec id {f.a} for shard {shard}: {where}")
-    raise errors.CacheFormatError(f"gather fault {f.code}: {where}")
+        message = f"failed to decompress {codec} payload{detail}: {where} (shard {shard})"
+    elif f.code == F_DECODED_LIMIT:
+        message = (f"failed to decompress {codec} payload: decoded size {f.a} exceeds the shard's "
+                   f"uncompressed_byte_len {f.b}: {where} (shard {shard})")
+    elif f.code == F_UTF8:
+        message = f"JSON error: embedded metadata is not valid UTF-8 (byte {f.a}): {where} (shard {shard})"
+    elif f.code == F_NOT_OPEN:
+        message = f"shard {shard} is not open for reading: {where}"
+    elif f.code == F_NOMEM:
+        message = f"cannot allocate {f.a} bytes of read scratch for {where}"
+    elif f.code == F_CODEC:
+        message = f"unknown codec id {f.a} for shard {shard}: {where}"
+    else:
+        message = f"gather fault {f.code}: {where}"
+    return raise_fault(f.code, message)
 
 
 def slice_records(const uint8_t[::1] out, const int64_t[::1] json_off, const int64_t[::1] json_len,

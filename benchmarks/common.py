@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -64,10 +65,14 @@ class PayloadSource:
             yield self.make_input(payload[: self.payload_bytes], {"benchmark_position": i, "wide": f"w{i % 97:04d}"})
 
 
-def write_cache(lib, runtime, base: Path, source, algo: str) -> Path:
+def write_cache(lib, runtime, base: Path, source, algo: str, typed: dict | None = None) -> Path:
     """`runtime.write_cache([source], base)` with `algo` shard compression and no progress bar;
-    `lib` is datasetrt or dataset_rt (same API shape). Returns the written cache's path."""
-    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo))
+    `lib` is datasetrt or dataset_rt (same API shape). Returns the written cache's path.
+    `typed` ({"dtype": "<i4", "shape": [512]}) records `WriterConfig(payload_spec=PayloadSpec(...))`
+    when `lib` has PayloadSpec (datasetrt with typed payloads, issue 11); otherwise it is ignored
+    and the cache holds the same bytes untyped."""
+    spec = {"payload_spec": lib.PayloadSpec(typed["dtype"], tuple(typed["shape"]))} if typed and hasattr(lib, "PayloadSpec") else {}
+    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo), **spec)
     [result] = runtime.write_cache([source], base, writer_config=cfg)
     assert isinstance(result, lib.CacheWriteSuccess), result
     return Path(result.path)
@@ -156,6 +161,14 @@ def _fmt(x: float) -> str:
 def save_json(path: Path, measurements: list[Measurement], extra: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machine": machine_facts(), **extra, "measurements": [asdict(m) for m in measurements]}, indent=2))
+
+
+def exit_on_different_bytes(failures: list[str]) -> None:
+    """End of a run: list the byte mismatches and exit 1, or say that every contender agreed."""
+    if failures:
+        print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
+        sys.exit(1)
+    print("\nall contenders produced the same bytes")
 
 
 def p95_ms(t0: float, stamps: list[float]) -> float | None:

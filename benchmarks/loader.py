@@ -182,10 +182,11 @@ def run_child(spec: dict) -> dict:
     return result
 
 
-def contender_child(spec: dict, timeout_s: float) -> dict:
-    """Run one child; {"ok": figures...} or {"error": text}. A child that printed its figures and
-    then exited non-zero (e.g. an abort at teardown) keeps its figures, with the exit noted."""
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.loader", "--child", json.dumps(spec)],
+def contender_child(spec: dict, timeout_s: float, module: str = "benchmarks.loader") -> dict:
+    """Run one child (`python -m <module> --child SPEC`); its figures, or {"error": text}. A child
+    that printed its figures and then exited non-zero (e.g. an abort at teardown) keeps its
+    figures, with the exit noted."""
+    proc = subprocess.Popen([sys.executable, "-m", module, "--child", json.dumps(spec)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             start_new_session=True)
     try:

@@ -62,6 +62,30 @@ def plan(spec: dict, count: int) -> np.ndarray:
     return np.load(spec["order"]) if spec.get("order") else np.arange(count)
 
 
+def batch_passes(result: dict, repeats: int, start: float, batches, count) -> None:
+    """`repeats` passes over a peer's batches into `result` (record_rep): `batches(rep)` returns
+    one pass's iterable of batches (called before the pass's clock starts), `count(batch, d)`
+    returns (records, bytes) of one batch and feeds each record to digest `d` when given. Repeat 0
+    computes the digests and sets first_sample_s (from `start`)."""
+    for rep in range(repeats):
+        d = Digest() if rep == 0 else None
+        n = nbytes = 0
+        stamps: list[float] = []
+        it = batches(rep)
+        t0 = time.perf_counter()
+        for batch in it:
+            if rep == 0 and n == 0:
+                result["first_sample_s"] = time.perf_counter() - start
+            n_rows, n_bytes = count(batch, d)
+            n += n_rows
+            nbytes += n_bytes
+            stamps.append(time.perf_counter())
+        dt = time.perf_counter() - t0
+        if d is not None:
+            result.update(d.result())
+        record_rep(result, rep, repeats, n, nbytes, dt, t0, stamps)
+
+
 class PlanSampler:
     """loaderx sampler protocol (`next()` -> uint64 indices) replaying a fixed plan in batches."""
 
@@ -140,6 +164,20 @@ def run_pread_loop(spec: dict) -> dict:
     return result
 
 
+def run_memmap_gather(spec: dict) -> dict:
+    """The physical reference for fixed-shape typed records: a numpy memmap of the flat file as
+    [N, *row_shape] `dtype`, gathered with one fancy index per batch of 256 in datasetrt's order
+    (`mm[order[s:s + 256]]`, a new [256, *row_shape] array per batch)."""
+    result = new_result()
+    payloads, offsets = load_flat(spec["flat"])
+    n = len(offsets) - 1
+    mm = np.memmap(payloads, dtype=np.dtype(spec["dtype"]), mode="r").reshape(n, *spec["row_shape"])
+    order = plan(spec, n)
+    batch_passes(result, spec["repeats"], time.perf_counter(), lambda _rep: (mm[order[s:s + BATCH]] for s in range(0, n, BATCH)),
+                 count_rows)
+    return result
+
+
 # ---------------------------------------------------------------------------- torch DataLoader
 
 
@@ -176,22 +214,7 @@ def run_torch(spec: dict) -> dict:
     n = len(ds)
     loader = DataLoader(ds, batch_size=BATCH, sampler=plan(spec, n).tolist(), num_workers=spec["workers"],
                         collate_fn=None if fixed else collate_list, persistent_workers=spec["workers"] > 0)
-    for rep in range(spec["repeats"]):
-        d = Digest() if rep == 0 else None
-        count = nbytes = 0
-        stamps = []
-        t0 = time.perf_counter()
-        for batch in loader:
-            if rep == 0 and count == 0:
-                result["first_sample_s"] = time.perf_counter() - start
-            n_rows, n_bytes = _count_rows(batch.numpy() if fixed else batch, d)
-            count += n_rows
-            nbytes += n_bytes
-            stamps.append(time.perf_counter())
-        dt = time.perf_counter() - t0
-        if d is not None:
-            result.update(d.result())
-        record_rep(result, rep, spec["repeats"], count, nbytes, dt, t0, stamps)
+    batch_passes(result, spec["repeats"], start, lambda _rep: loader, lambda batch, d: count_rows(batch.numpy() if fixed else batch, d))
     del loader
     return result
 
@@ -216,20 +239,20 @@ def build_loaderx(store: Path, payloads: list, fixed_size: int | None, dtype: st
                 rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s:s + chunk]]))
 
 
-def _count_rows(rows, d) -> tuple[int, int]:
-    """(records, bytes) of one batch: a 2-D array of fixed-size rows or a list of 1-D arrays;
+def count_rows(rows, d) -> tuple[int, int]:
+    """(records, bytes) of one batch: an array of fixed-size rows or a list of 1-D arrays / bytes;
     each row goes into digest `d` when given (the digest pass)."""
     if d is not None:
         for row in rows:
             d.add(row)
-    return len(rows), rows.nbytes if isinstance(rows, np.ndarray) else sum(a.nbytes for a in rows)
+    return len(rows), rows.nbytes if isinstance(rows, np.ndarray) else sum(memoryview(a).nbytes for a in rows)
 
 
 def _count_loaderx(value, fixed: bool, d) -> tuple[int, int]:
-    """`_count_rows` for one loaderx batch value (Dense array or Ragged values + cu_seqlens); a
+    """`count_rows` for one loaderx batch value (Dense array or Ragged values + cu_seqlens); a
     timed pass does not slice ragged records."""
     if fixed:
-        return _count_rows(np.from_dlpack(value), d)
+        return count_rows(np.from_dlpack(value), d)
     values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
     if d is not None:
         for j in range(len(cu) - 1):
@@ -272,31 +295,24 @@ def run_loaderx(spec: dict) -> dict:
         order = plan(spec, n)
         workers = spec["workers"]
         result["note"] = f"Loader workers={workers} threads (digest pass: 1 thread)"
-        for rep in range(spec["repeats"]):
+        loaders: list = []
+
+        def one_pass(rep: int):
+            """A fresh Loader for this pass (the previous one closed first, outside the clock)."""
+            while loaders:
+                loaders.pop().close()
             sampler = PlanSampler(order, BATCH) if spec.get("order") else Sampler(n, BATCH, Sampler.Mode.SEQUENTIAL)
             # The loader is endless and its worker threads may deliver batches out of order, so
             # the first `steps` batches of a multi-thread pass can include a wrapped-around batch
             # in place of a late one (seen once: a shuffled multiset mismatch). The digest pass
             # uses one thread, which delivers in sampler order; timed passes use `workers`.
             loader = Loader({"data": [store]}, sampler, workers=1 if rep == 0 else workers, prefetch=4)
-            d = Digest() if rep == 0 else None
-            count = nbytes = 0
-            stamps = []
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                [shard] = next(loader)
-                value = shard["data"]
-                if rep == 0 and count == 0:
-                    result["first_sample_s"] = time.perf_counter() - start
-                n_rows, n_bytes = _count_loaderx(value, spec["fixed"], d)
-                count += n_rows
-                nbytes += n_bytes
-                stamps.append(time.perf_counter())
-            dt = time.perf_counter() - t0
-            loader.close()
-            if d is not None:
-                result.update(d.result())
-            record_rep(result, rep, spec["repeats"], count, nbytes, dt, t0, stamps)
+            loaders.append(loader)
+            return (next(loader)[0]["data"] for _ in range(steps))
+
+        batch_passes(result, spec["repeats"], start, one_pass, lambda value, d: _count_loaderx(value, spec["fixed"], d))
+        while loaders:
+            loaders.pop().close()
         store.close()
     except Exception as exc:  # a peer API failure is a finding, not a crash
         result["error"] = f"{type(exc).__name__}: {exc}"

@@ -1,13 +1,14 @@
 """datasetrt: a dataset cache and loader for ML training, drop-in for dataset-rt 0.4.8.
 
-`import datasetrt as drt` exposes the same 23 public names as `dataset_rt`; `datasetrt.errors`
-holds the exception tree. The public names load lazily (PEP 562), so a reader worker process that
+`import datasetrt as drt` exposes the same 23 public names as `dataset_rt`, plus datasetrt's
+`PayloadSpec` (typed payloads) and the sampling configurations `Mixture`, `Stream`, `Stage`,
+`Curriculum`; `datasetrt.errors` holds the exception tree. The public names load lazily (PEP 562), so a reader worker process that
 imports `datasetrt.runtime.worker` never imports Polars through this package's __init__.
 """
 
 from datasetrt import errors
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place the version is written (pyproject reads it)
 
 __all__ = [
     "CacheInput", "CacheSource", "CacheSourcesDatasetError", "CacheSourcesDatasetResult",
@@ -15,6 +16,7 @@ __all__ = [
     "CachedDataset", "CachedSample", "DatasetRuntime", "ReaderConfig", "ShardCompression",
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result", "errors",
+    "PayloadSpec", "Mixture", "Stream", "Stage", "Curriculum",
 ]
 
 

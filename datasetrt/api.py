@@ -8,12 +8,15 @@ from datasetrt.config import (
     DEFAULT_WRITER_CONFIG,
     DEFAULT_WRITER_PROFILER_CONFIG,
     CompressionAlgo,
+    PayloadSpec,
     ReaderConfig,
     ShardCompression,
     WriterConfig,
     WriterProfilerConfig,
 )
 from datasetrt.dataset import CachedDataset, DatasetRuntime
+from datasetrt.sampling.curriculum import Curriculum, Stage
+from datasetrt.sampling.mixture import Mixture, Stream
 from datasetrt.records import (
     AbsentManifestTarget,
     BytesLike,
@@ -38,7 +41,8 @@ from datasetrt.records import (
     SizedTorchIterableDataset,
 )
 
-for _cls in (ReaderConfig, WriterConfig, ShardCompression, WriterProfilerConfig, CachedDataset, DatasetRuntime):
+for _cls in (ReaderConfig, WriterConfig, ShardCompression, WriterProfilerConfig, PayloadSpec, CachedDataset,
+             DatasetRuntime):
     _cls.__module__ = "datasetrt.api"
 del _cls
 
@@ -49,5 +53,6 @@ __all__ = [
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
     "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
-    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch",
+    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch", "PayloadSpec",
+    "Mixture", "Stream", "Stage", "Curriculum",
 ]

@@ -1,4 +1,4 @@
-"""`datasetrt` console command: inspect and validate caches.
+"""`datasetrt` console command: inspect and validate caches, run the demo job.
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
@@ -10,6 +10,9 @@ Boundary: argument parsing and printing over the public API and the format layer
                                            exit 1 if any cache fails
   datasetrt pss [options] -- COMMAND...    PSS/USS/RSS of a command's process tree (or --pid PID):
                                            report, --csv, --json, --png (datasetrt/tools/pss.py)
+  datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
+  datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
+  datasetrt --version
 A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
 cache" by both, not as a failure, so `datasetrt validate caches/*` works.
 """
@@ -17,10 +20,10 @@ cache" by both, not as a failure, so `datasetrt validate caches/*` works.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from datasetrt import __version__, convert, demo
 from datasetrt.errors import DatasetRTError
 
 
@@ -62,7 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
+    convert.add_parser(sub)
+    parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
+    demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        return convert.run(args)
+    if args.command == "demo":
+        return demo.run(args)
     try:
         if args.command == "inspect":
             from datasetrt.tools import inspect

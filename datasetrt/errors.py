@@ -68,6 +68,35 @@ class MetadataValidationError(DatasetRTError, ValueError):
     """update_metadata got a table that breaks a rule of the samples-metadata contract."""
 
 
+# --- sampling plans ----------------------------------------------------------------------------
+
+
+class SamplingConfigError(ConfigError):
+    """A sampling mode, stream, mixture or curriculum is invalid: proportions that do not sum to 1,
+    negative values, stage lengths off batch boundaries, overlapping streams."""
+
+
+class UnknownStreamError(SamplingConfigError):
+    """A proportion, cache or column names a stream, cache or column that does not exist."""
+
+
+class EmptyStreamError(SamplingConfigError):
+    """A stream selects no active row."""
+
+
+class RepeatCountError(SamplingConfigError):
+    """An exactly-once order got a weight that is not a positive integer (weights are repeat counts)."""
+
+
+class SamplingStateError(ConfigError):
+    """A sampling state belongs to another plan (streams, proportions, stages, seed or rows differ)
+    or is inconsistent, or `advance()` has no next stage to move to."""
+
+
+class PlanRangeError(DatasetRTError, IndexError):
+    """Plan positions past the end of a finite plan (a stopped mixture or a finished curriculum)."""
+
+
 # --- writing -----------------------------------------------------------------------------------
 
 
@@ -75,8 +104,18 @@ class SourceError(DatasetRTError, ValueError):
     """A CacheSource yielded something the writer refuses; reported as a CacheWriteError value."""
 
 
+class SourceInputError(SourceError):
+    """A `datasetrt.sources` adapter met input it cannot turn into CacheInput: a missing column, a
+    null payload, nested or unsupported metadata, a value that does not fit. The message names the
+    file (or dataset), the row group / record batch and row, the column and its type."""
+
+
 class DuplicateSourceError(DatasetRTError, ValueError):
     """Two sources in one write call map to the same cache path."""
+
+
+class CodecError(DatasetRTError, RuntimeError):
+    """A codec library failed to encode a payload it had accepted (a library fault, not bad input)."""
 
 
 # --- resources ---------------------------------------------------------------------------------
@@ -88,6 +127,15 @@ class ResourceLimitError(DatasetRTError, MemoryError):
 
 class MetadataTypeError(DatasetRTError, TypeError, AttributeError):
     """update_metadata got something that is not a polars.DataFrame (dataset-rt: AttributeError)."""
+
+
+# --- installation ------------------------------------------------------------------------------
+
+
+class MissingExtraError(DatasetRTError, ImportError):
+    """An optional feature's packages are not installed. The message names the feature and ends with
+    the command that installs its extra (pyproject.toml: torch, ray, hf, bench), e.g.
+    "... requires PyTorch to be installed: pip install 'datasetrt[torch]'"."""
 
 
 # --- worker processes --------------------------------------------------------------------------

@@ -20,10 +20,10 @@ STAGING_DIR = "tmp"
 CHECKSUMS_NAME = "checksums.xxh3"
 CHECKSUM_ALGO = "xxh3_64"
 
+# Record sizes; the kernels use their twin, _ext/layout.pxd.
 INDEX_ROW_BYTES = 24  # u64 LE shard_id | u64 LE offset | u64 LE byte_len
 CHECKSUM_ROW_BYTES = 8  # u64 LE XXH3-64 of the whole stored record
 RECORD_HEADER_BYTES = 8  # u64 LE json_len
-LZ4_PREFIX_BYTES = 4  # u32 LE decoded length
 
 SHARD_NAME_RE = re.compile(r"^[0-9]{6,}\.bin$")
 U63_MAX = (1 << 63) - 1

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datasetrt.codecs import CODEC_BY_NAME, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.errors import ManifestJSONError, MissingManifestError
+from datasetrt.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
@@ -27,7 +29,6 @@ from datasetrt.format.layout import (
     U64_MAX,
 )
 
-ALGOS = ("none", "lz4", "zstd")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _KNOWN_KEYS = frozenset((
     "format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
@@ -111,9 +112,15 @@ class ChecksumSidecar:
     sha256: str
 
 
+# A typed cache's payload spec as the manifest holds it: (canonical dtype name, shape with None for
+# the ragged dim); `config.PayloadSpec` is built from it where pydantic and numpy are wanted.
+PayloadSpecForm = tuple[str, tuple]
+
+
 @dataclass(frozen=True)
 class Manifest:
-    """A parsed manifest. `cache_id` is None for v2 manifests (identity = position in paths)."""
+    """A parsed manifest. `cache_id` is None for v2 manifests (identity = position in paths).
+    `payload_spec` (datasetrt extension) is None for untyped caches."""
 
     format_version: int
     cache_id: int | None
@@ -125,6 +132,7 @@ class Manifest:
     shards: tuple[ShardEntry, ...]
     checksums: ChecksumSidecar | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    payload_spec: PayloadSpecForm | None = None
 
     def to_json(self) -> str:
         """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
@@ -161,6 +169,8 @@ class Manifest:
                 "sha256": self.checksums.sha256,
             }
             doc[EXTENSION_KEY] = ext
+        if self.payload_spec is not None:
+            doc[EXTENSION_KEY] = {**doc.get(EXTENSION_KEY, {}), "payload_spec": manifest_form(*self.payload_spec)}
         return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -313,13 +323,13 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
             )
         comp = _Fields(path, item.get("compression", {"algo": "none", "ratio": 1.0}), f" in shards[{i}].compression")
         algo = comp.string("algo")
-        if algo not in ALGOS:
+        if algo not in CODEC_BY_NAME:
             raise ManifestJSONError(
-                f"JSON error: unknown variant `{algo}`, expected one of `none`, `lz4`, `zstd`"
+                f"JSON error: unknown variant `{algo}`, expected one of {names_listed()}"
                 f" in shards[{i}].compression: {path}"
             )
         level = comp.doc.get("level")
-        if level is not None and (type(level) is not int or not -131072 <= level <= 22):
+        if level is not None and (type(level) is not int or not MANIFEST_LEVEL_MIN <= level <= MANIFEST_LEVEL_MAX):
             raise comp._bad("level", level, "a zstd level")
         shards.append(
             ShardEntry(
@@ -340,6 +350,9 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
         if algo != CHECKSUM_ALGO or "/" in file_name or file_name in ("", ".", "..") or "\0" in file_name:
             raise f._bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
         checksums = ChecksumSidecar(file=file_name, algo=algo, sha256=f.sha256("sha256"))
+    payload_spec = None
+    if isinstance(ext, dict) and "payload_spec" in ext:
+        payload_spec = _payload_spec(path, ext["payload_spec"])
     extra = {k: v for k, v in doc.items() if k not in _KNOWN_KEYS} if len(doc) > len(_KNOWN_KEYS) - 1 else {}
     return Manifest(
         format_version=version,
@@ -352,7 +365,26 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
         shards=tuple(shards),
         checksums=checksums,
         extra=extra,
+        payload_spec=payload_spec,
     )
+
+
+def _payload_spec(path: Path, value: Any) -> PayloadSpecForm:
+    """Strict parse of `datasetrt.payload_spec`: exactly {"dtype", "shape"}, a canonical dtype
+    name and a valid shape (payloads.shape_problem), without numpy or pydantic (reader workers
+    parse manifests). ManifestJSONError naming the manifest and the key otherwise."""
+    f = _Fields(path, value, f" in {EXTENSION_KEY}.payload_spec")
+    for key in f.doc:
+        if key not in ("dtype", "shape"):
+            raise ManifestJSONError(f"JSON error: unknown field `{key}`, expected `dtype` or `shape`{f.where}: {path}")
+    dtype = f.string("dtype")
+    if dtype not in PAYLOAD_DTYPES:
+        raise f._bad("dtype", dtype, f"one of {dtypes_listed()}")
+    shape = tuple(f.array("shape"))
+    problem = shape_problem(dtype, shape)
+    if problem is not None:
+        raise f._bad("shape", list(shape), f"a payload shape ({problem})")
+    return dtype, shape
 
 
 def new_manifest(**kwargs: Any) -> Manifest:

@@ -27,9 +27,12 @@ from datasetrt.format.layout import (
 from datasetrt.format.manifest import Manifest, read_manifest_stat
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
 
-CODEC_IDS = {"none": 0, "lz4": 1, "zstd": 2}
+    from datasetrt.config import PayloadSpec
+
 HASH_CHUNK_BYTES = 8 << 20
 
 
@@ -232,6 +235,31 @@ class CacheHandle:
                 raise CacheFormatError(
                     f"invalid binary record: index row {int(bad[0])} lies outside its shard: {self.path / INDEX_NAME}"
                 )
+
+
+def common_payload_spec(handles: Sequence[CacheHandle]) -> PayloadSpec | None:
+    """The payload spec every cache of `handles` declares (None: all untyped). CacheFormatError
+    naming both paths when two caches disagree (typed and untyped, or different specs). O(caches)."""
+    first = handles[0]
+    form = first.manifest.payload_spec
+    for handle in handles[1:]:
+        other = handle.manifest.payload_spec
+        if other != form:
+            raise CacheFormatError(
+                f"all caches must share the same payload spec: {handle.path} ({_spec_text(other)}) differs from "
+                f"{first.path} ({_spec_text(form)})"
+            )
+    if form is None:
+        return None
+    from datasetrt.config import PayloadSpec  # lazily: reader workers never build one (pydantic)
+
+    return PayloadSpec(*form)
+
+
+def _spec_text(form: tuple | None) -> str:
+    from datasetrt.payloads import describe
+
+    return "untyped" if form is None else f"payload spec {describe(*form)}"
 
 
 def _check_sha256(path: Path, expected: str) -> None:

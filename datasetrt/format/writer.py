@@ -20,6 +20,14 @@ no cache is renamed into place before all of its bytes are durable (so after a c
 <base>/<name> is absent or complete). Per cache this costs no fsync of its own: small caches
 used to pay ~8 (each file, both dirs, <base>), most of the time of writing many of them.
 
+One module on purpose (~700 lines): the publication protocol, the ordered commit and the group
+writes share one source's staging state; what stands alone lives beside it (`envelope`,
+`manifest`, `typed`, `durable`).
+
+Typed payloads: with `WriterConfig.payload_spec`, each payload is checked against the spec and
+converted to its stored bytes by `format/typed.py` (a mismatch fails the source like any bad
+input), and the spec is recorded in the manifest's `datasetrt` section.
+
 Memory: bounded by the in-flight compression blocks (`prefetch_size` records), the one block being
 written and the metadata columns (Arrow chunks of 65,536 rows plus one list chunk).
 
@@ -61,6 +69,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datasetrt._native import codec
+from datasetrt.codecs import CODEC_BY_NAME
 from datasetrt.config import ShardCompression, WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
 from datasetrt.format import envelope
@@ -84,6 +93,7 @@ from datasetrt.format.layout import (
     shard_name,
 )
 from datasetrt.format.manifest import ChecksumSidecar, ShardEntry, new_manifest
+from datasetrt.format.typed import TypedPayloads
 from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
 ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
@@ -199,18 +209,18 @@ class StageProfile:
 
 
 class _Compressor:
-    """Turns raw payloads into stored payloads for one compression policy (thread-confined)."""
+    """Turns raw payloads into stored payloads for one compression policy (thread-confined: it
+    holds the codec's library context). The codec comes from the codec table (datasetrt/codecs.py)."""
 
     def __init__(self, policy: ShardCompression) -> None:
-        self.algo = policy.algo
-        self._zstd = codec.ZstdCompressor(policy.level) if policy.algo == "zstd" else None
+        self.codec = CODEC_BY_NAME[policy.algo]
+        self._encoder = None if self.codec.stores_raw else codec.Encoder(self.codec.codec_id, policy.level)
 
     def __call__(self, payloads: list) -> list:
-        if self.algo == "lz4":
-            return [codec.lz4_compress(p) for p in payloads]
-        if self.algo == "zstd":
-            return [self._zstd.compress(p) for p in payloads]
-        return payloads
+        if self._encoder is None:
+            return payloads
+        encode = self._encoder.encode
+        return [encode(p) for p in payloads]
 
 
 class _StagedCache:
@@ -367,6 +377,7 @@ class _StagedCache:
         f.close()
         self._shard_file = None
         algo = self.policy.algo
+        takes_level = CODEC_BY_NAME[algo].level is not None
         self.shards.append(
             ShardEntry(
                 name=shard_name(len(self.shards)),
@@ -375,7 +386,7 @@ class _StagedCache:
                 algo=algo,
                 ratio=self.policy.ratio,
                 sha256=self._shard_hash.hexdigest(),
-                level=self.policy.level if algo == "zstd" else None,
+                level=self.policy.level if takes_level else None,
             )
         )
         self.profile.add("shard_flush", time.perf_counter_ns() - start, self._shard_bytes)
@@ -419,6 +430,7 @@ class _StagedCache:
                 index_sha256=index_sha,
                 shards=tuple(self.shards),
                 checksums=sidecar,
+                payload_spec=(spec.dtype, spec.shape) if (spec := self.config.payload_spec) is not None else None,
             )
             self._write_file(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
             self.files += [self.staging / SHARDS_DIR, self.staging]
@@ -681,11 +693,12 @@ class SourceWriter:
         payloads: list = []
         raw_lens: list = []
         values: list = []
+        typed = TypedPayloads(self.config.payload_spec, staged.name) if self.config.payload_spec is not None else None
         for sample, item in enumerate(_guarded(iterator, profile)):
             try:
                 with profile.stage("python_extract"):
                     data, metadata = envelope.unpack_input(item, sample)
-                    payload = envelope.as_payload(data, sample)
+                    payload = envelope.as_payload(data, sample) if typed is None else typed(data, sample)
                 with profile.stage("metadata_validate"):
                     js, row = staged.accept_metadata(metadata, sample)
             except (DatasetRTError, KeyboardInterrupt, SystemExit):
@@ -707,7 +720,7 @@ class SourceWriter:
             self._drain_one(inflight, staged, profile)
 
     def _submit(self, compress, inflight, jsons, payloads, raw_lens, values, profile) -> None:
-        if compress.algo == "none":
+        if compress.codec.stores_raw:
             inflight.append((payloads, jsons, raw_lens, values))
         elif self.pool is not None and sum(raw_lens) >= POOL_MIN_BYTES:
             # Each pooled task gets its own compressor: zstd contexts are not thread-safe.

@@ -2,10 +2,10 @@
 factory with dataset-rt 0.4.8's arguments, real `num_workers` (fork and spawn) and exact resume.
 
 Boundary: imported lazily by `CachedDataset.to_torch_*` (the core never imports torch). It uses
-the dataset's population and chunk-decoding helpers (layer 5) and, inside torch workers, the
-in-process reader (`runtime.local`), the population snapshot (`runtime.snapshot`) and the pure
-planner; it knows no byte layouts. The multiprocess runtime is never used inside torch workers:
-torch's workers are the processes.
+the dataset's population, chunks and `SampleBuilder` (the one records -> samples path,
+runtime/samples.py) and, inside torch workers, the in-process reader (`runtime.local`), the
+population snapshot (`runtime.snapshot`) and the pure planner; it knows no byte layouts. The
+multiprocess runtime is never used inside torch workers: torch's workers are the processes.
 
 One plan per pass: a pass reads one planner `Window` (a pure function of population, shuffle,
 seed, start and length). With K torch workers, worker w reads plan blocks w, w+K, w+2K, ... of
@@ -46,7 +46,7 @@ from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -54,20 +54,27 @@ try:
     import torch.distributed as torch_distributed
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 except ImportError as exc:  # pragma: no cover - exercised with torch hidden
-    raise ImportError(
+    from datasetrt.errors import MissingExtraError
+
+    raise MissingExtraError(
         "CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
-        "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch)"
+        "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
+        "pip install 'datasetrt[torch]'"
     ) from exc
 
-from datasetrt._native.batch import payload_list
 from datasetrt._native.draws import derive_seed
 from datasetrt.config import ReaderConfig
-from datasetrt.dataset import READ_BLOCK_ROWS, CachedDataset
 from datasetrt.errors import ArgumentTypeError, CacheFormatError, ConfigError, LoaderStateError
 from datasetrt.records import CachedSample
-from datasetrt.runtime.local import local_chunks
+from datasetrt.runtime.local import READ_BLOCK_ROWS, local_chunks
+from datasetrt.runtime.samples import SampleBuilder
 from datasetrt.runtime.snapshot import read_snapshot, write_snapshot
 from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+
+if TYPE_CHECKING:
+    # Not imported at run time: datasets arrive as arguments, and a spawned worker reopens its
+    # dataset with the class recorded in its `_Recipe` (datasetrt.dataset imports this module).
+    from datasetrt.dataset import CachedDataset
 
 LOGGER_NAME = "datasetrt.loader"
 MAX_SAMPLE_BUDGET = min(sys.maxsize, 1 << 53)  # torch computes len(loader) through float division
@@ -218,32 +225,18 @@ class _Share:
                 yield Window(w.population, w.shuffle, w.seed, start, len(run))
 
 
-def _samples(ds: CachedDataset, chunks: Iterator[Any], validate: bool,
-             transform: Callable[[CachedSample], Any] | None) -> Iterator[Any]:
-    """CachedSamples of gathered chunks (as CachedDataset.__iter__ builds them), transformed."""
-    cache_ids = ds._catalog.cache_ids
-    for chunk in chunks:
-        metas = ds._chunk_metadata(chunk)
-        if validate:
-            ds._compare_embedded(metas, chunk.cache_pos, chunk.sample_id)
-        datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
-        samples = map(CachedSample, datas, metas, cache_ids[chunk.cache_pos].tolist(), chunk.sample_id.tolist())
-        if transform is not None:
-            samples = map(transform, samples)
-        yield from samples
-
-
-def _read_share(ds: CachedDataset, share: _Share, validate: bool, transform: Callable | None) -> Iterator[Any]:
-    """Read `share` in this process (its own LocalReader)."""
+def _read_share(ds: CachedDataset, samples: SampleBuilder, share: _Share, transform: Callable | None) -> Iterator[Any]:
+    """Read `share` in this process (its own LocalReader), as `samples` builds them, transformed."""
     if share.length == 0:
         return iter(())
-    return _samples(ds, local_chunks(ds._reader(), share, READ_BLOCK_ROWS), validate, transform)
+    return samples.samples(local_chunks(ds._reader(), share, READ_BLOCK_ROWS), transform)
 
 
 @dataclass(frozen=True)
 class _Recipe:
     """Everything a spawned worker needs to rebuild the reading side; small and picklable."""
 
+    dataset_class: type  # the CachedDataset (sub)class to reopen the caches with
     cache_dirs: tuple[str, ...]
     reader_config: dict
     dataset_key: str
@@ -257,22 +250,23 @@ class _Recipe:
     block_rows: int
 
 
-class _Source:
-    """The reading side in one process: a CachedDataset (read in-process) and the plan population."""
+class _PlanReader:
+    """The reading side in one process: a CachedDataset (read in-process), the plan population,
+    and the SampleBuilder that turns its chunks into samples."""
 
-    def __init__(self, ds: CachedDataset, population: Population, validate: bool, mapping: Any = None) -> None:
+    def __init__(self, ds: CachedDataset, population: Population, samples: SampleBuilder, mapping: Any = None) -> None:
         self.pid = os.getpid()
         self.ds = ds
         self.population = population
-        self.validate = validate
+        self.samples = samples
         self._mapping = mapping  # keeps the snapshot's memory map alive while the arrays are used
 
     @classmethod
-    def open(cls, recipe: _Recipe) -> _Source:
+    def open(cls, recipe: _Recipe) -> _PlanReader:
         cfg = dict(recipe.reader_config)
         validate = bool(cfg.get("validate_cache", False))
         cfg["validate_cache"] = False  # the parent validated at open; embedded checks still run per read
-        ds = CachedDataset(list(recipe.cache_dirs), reader_config=ReaderConfig(**cfg), runtime=None)
+        ds = recipe.dataset_class(list(recipe.cache_dirs), reader_config=ReaderConfig(**cfg), runtime=None)
         if _dataset_key(ds) != recipe.dataset_key:
             raise CacheFormatError(
                 "caches changed since the torch dataset was created (manifest or index rewritten): "
@@ -286,7 +280,7 @@ class _Source:
         if len(population) != recipe.rows:
             raise CacheFormatError(
                 f"population snapshot has {len(population)} rows, expected {recipe.rows}: {recipe.snapshot}")
-        return cls(ds, population, validate, mapping)
+        return cls(ds, population, ds._sample_builder.checking(validate), mapping)
 
 
 class _TempDir:
@@ -334,13 +328,14 @@ class _Snapshots:
 def _recipe(ds: CachedDataset, snapshots: _Snapshots, population: Population, shuffle: bool, seed: int,
             start: int, length: int, block_rows: int) -> _Recipe:
     path, scale = snapshots.path_for(population)
-    return _Recipe(tuple(str(h.path.absolute()) for h in ds._handles), ds.reader_config.model_dump(),
-                   _dataset_key(ds), path, scale, len(population), shuffle, seed, start, length, block_rows)
+    caches = ds._worker_caches()
+    return _Recipe(type(ds), caches.cache_dirs, ds.reader_config.model_dump(), caches.key, path, scale,
+                   len(population), shuffle, seed, start, length, block_rows)
 
 
 def _dataset_key(ds: CachedDataset) -> str:
     """The dataset's cache-set identity (paths, manifest/index inode and mtime), computed once."""
-    return ds._dataset_key or ds._set_dataset_key()
+    return ds._worker_caches().key
 
 
 def _worker_identity() -> tuple[int, int, bool]:
@@ -385,10 +380,10 @@ class CachedIterableDataset(IterableDataset):
         self.block_rows = block_rows
         self._recipe_shipped: _Recipe | None = None
         self._snapshots = _Snapshots(self)
-        self._source: tuple[_Source, Window] | None = None
+        self._reading: tuple[_PlanReader, Window] | None = None
         self._local: tuple[int, int] | None = None
         self._started = False
-        self._progress: _Progress | None = None  # the main-process pass in progress (or loaded)
+        self._progress: _PassProgress | None = None  # the main-process pass in progress (or loaded)
         self._resume = False
 
     def __len__(self) -> int:
@@ -410,19 +405,19 @@ class CachedIterableDataset(IterableDataset):
         if not in_worker and self._dataset is not None:
             return self._main_pass()
         k = _next_pass(self)
-        if self._source is None or self._source[0].pid != os.getpid():
+        if self._reading is None or self._reading[0].pid != os.getpid():
             if self._dataset is not None:  # forked worker: the inherited dataset, as it was at fork
                 population, shuffle, seed, start, length = self._plan_now()
-                source = _Source(self._dataset, population, self._dataset.reader_config.validate_cache)
+                reader = _PlanReader(self._dataset, population, self._dataset._sample_builder)
             else:
                 r = self._recipe_shipped
-                source, shuffle, seed, start, length = _Source.open(r), r.shuffle, r.seed, r.start, r.length
-            self._source = (source, Window(source.population, shuffle, seed, start, length))
-        source, base = self._source
+                reader, shuffle, seed, start, length = _PlanReader.open(r), r.shuffle, r.seed, r.start, r.length
+            self._reading = (reader, Window(reader.population, shuffle, seed, start, length))
+        reader, base = self._reading
         start = advance(base.shuffle, base.start, k * base.length, len(base.population))
         window = Window(base.population, base.shuffle, base.seed, start, base.length)
         layout = _Layout(window.length, 0, self.block_rows, False)
-        return _read_share(source.ds, _Share(window, worker, workers, layout=layout), source.validate, None)
+        return _read_share(reader.ds, reader.samples, _Share(window, worker, workers, layout=layout), None)
 
     def __reduce__(self) -> Any:
         """Ship paths, config and the plan position; the population travels as a snapshot path."""
@@ -442,11 +437,11 @@ class CachedIterableDataset(IterableDataset):
             self._resume = False
             progress = self._progress
         else:
-            progress = self._progress = _Progress(ds._reserve(), 0)
+            progress = self._progress = _PassProgress(ds._reserve(), 0)
         window = progress.rest()
         if window.length == 0:
             return
-        for sample in _samples(ds, ds._chunks(window), ds.reader_config.validate_cache, None):
+        for sample in ds._sample_builder.samples(ds._chunks(window)):
             progress.consumed += 1
             yield sample
 
@@ -504,7 +499,7 @@ class CachedIterableDataset(IterableDataset):
             if not all(type(v) is int and v >= 0 for v in (start, length, consumed)) or consumed > length:
                 raise ConfigError("torch dataset state has an invalid pass")
             window = Window(population, ds.reader_config.shuffle, ds._seed, start, length)
-            progress = _Progress(window, consumed)
+            progress = _PassProgress(window, consumed)
         with ds._lock:
             ds._cursor, ds._draw_offset, ds._epoch_len = cursor, offset, epoch_len
         self._progress, self._resume = progress, progress is not None
@@ -523,13 +518,13 @@ def _rebuild_iterable(recipe: _Recipe, block_rows: int) -> CachedIterableDataset
     obj._dataset, obj.block_rows, obj._recipe_shipped = None, block_rows, recipe
     obj._owner_pid = os.getpid()
     obj._snapshots = _Snapshots(obj)
-    obj._source, obj._local = None, None
+    obj._reading, obj._local = None, None
     obj._started, obj._progress, obj._resume = False, None, False
     return obj
 
 
 @dataclass
-class _Progress:
+class _PassProgress:
     """A main-process pass: its full window and the samples delivered so far."""
 
     window: Window
@@ -677,7 +672,7 @@ class LoaderDataset(IterableDataset):
         self._spec = spec
         self._pass = (0, 0)  # (epoch, plan rows already consumed) of the next pass the loader starts
         self._local: tuple[int, int] | None = None
-        self._source: _Source | None = None
+        self._reader: _PlanReader | None = None
         self._recipe_shipped: _Recipe | None = None
         self._snapshots = _Snapshots(self, work_dir)
 
@@ -713,26 +708,26 @@ class LoaderDataset(IterableDataset):
         transform = self.sample_transform_fn
         if main:
             ds = self._dataset
-            validate = ds.reader_config.validate_cache
+            samples = ds._sample_builder
             if spec.world == 1:  # the rest of the pass is one contiguous window
-                return _samples(ds, ds._chunks(self._plan.window(epoch, rows)), validate, transform)
+                return samples.samples(ds._chunks(self._plan.window(epoch, rows)), transform)
             share = _Share(self._plan.window(epoch), layout=layout)
             if ds._runtime is not None and ds._runtime.parallel_reads:
                 chunks = (c for sub in share.windows() for c in ds._chunks(sub, spec.batch))
-                return _samples(ds, chunks, validate, transform)
-            return _read_share(ds, share, validate, transform)
-        source = self._worker_source()
-        start = advance(spec.shuffle, 0, epoch * spec.stride, len(source.population))
-        window = Window(source.population, spec.shuffle, spec.seed, start, spec.stride)
-        return _read_share(source.ds, _Share(window, worker, workers, layout=layout), source.validate, transform)
+                return samples.samples(chunks, transform)
+            return _read_share(ds, samples, share, transform)
+        reader = self._worker_reader()
+        start = advance(spec.shuffle, 0, epoch * spec.stride, len(reader.population))
+        window = Window(reader.population, spec.shuffle, spec.seed, start, spec.stride)
+        return _read_share(reader.ds, reader.samples, _Share(window, worker, workers, layout=layout), transform)
 
-    def _worker_source(self) -> _Source:
-        if self._source is None or self._source.pid != os.getpid():
+    def _worker_reader(self) -> _PlanReader:
+        if self._reader is None or self._reader.pid != os.getpid():
             if self._dataset is not None:  # forked worker: the parent's objects, inherited
-                self._source = _Source(self._dataset, self._plan.freeze(), self._dataset.reader_config.validate_cache)
+                self._reader = _PlanReader(self._dataset, self._plan.freeze(), self._dataset._sample_builder)
             else:
-                self._source = _Source.open(self._recipe_shipped)
-        return self._source
+                self._reader = _PlanReader.open(self._recipe_shipped)
+        return self._reader
 
     def __reduce__(self) -> Any:
         """Ship paths, config, the plan parameters and a snapshot path; never the table."""
@@ -754,7 +749,7 @@ def _rebuild_loader_dataset(recipe: _Recipe | None, spec: _Spec, transform: Call
     obj = LoaderDataset.__new__(LoaderDataset)
     obj._dataset, obj._plan, obj._recipe_shipped = None, None, recipe
     obj.sample_transform_fn, obj.worker_seeds, obj._spec, obj._pass = transform, worker_seeds, spec, pass_
-    obj._local, obj._source = None, None
+    obj._local, obj._reader = None, None
     obj._snapshots = _Snapshots(obj)
     return obj
 

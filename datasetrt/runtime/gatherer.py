@@ -17,8 +17,9 @@ from array import array
 from collections.abc import Sequence
 
 from datasetrt._native import gather as native
+from datasetrt.codecs import CODEC_IDS
 from datasetrt.errors import CacheIOError
-from datasetrt.format.reader import CODEC_IDS, CacheHandle
+from datasetrt.format.reader import CacheHandle
 
 
 def default_fd_budget() -> int:

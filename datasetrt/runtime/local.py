@@ -1,13 +1,11 @@
-"""In-process record reader: flat cache/shard tables, lazily opened shard descriptors, and the
-block loop around the native gather kernel.
+"""In-process reading: `Chunk` (gathered records of consecutive window positions), the block
+loop around the gather kernel (`local_chunks`) and `LocalReader` (a gatherer with its own buffer).
 
-Boundary: arrays of (cache position, sample_id) in; payload bytes and embedded-JSON text out.
-No Polars, no Torch. `Gatherer` (the descriptors and the kernel call) imports no numpy, for the
-worker processes; `LocalReader`, `Chunk` and `local_chunks` are the parent's numpy side. One
-reader per process (descriptors are process-private).
-
-Descriptor budget: at most `max_open_shards` shard files are open at once; when a block needs
-more, every cache not in the block is closed first (bounded, O(caches) per eviction).
+Boundary: arrays of (cache position, sample_id) in; chunks of gathered records out. No Polars,
+no Torch, no record types (runtime/samples.py and runtime/batches.py turn chunks into those).
+`Gatherer` (runtime/gatherer.py: the descriptors and the kernel call) imports no numpy, for the
+worker processes; this module is the parent's numpy side. One reader per process and thread
+(descriptors are process-private).
 """
 
 from __future__ import annotations
@@ -19,10 +17,10 @@ import numpy as np
 
 from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
-from datasetrt._native.gather import slice_records
 from datasetrt.runtime.gatherer import Gatherer
 
 INITIAL_OUT_BYTES = 4 << 20
+READ_BLOCK_ROWS = 256  # rows per in-process chunk when the consumer gives no batch size
 
 
 @dataclass
@@ -46,55 +44,58 @@ class Chunk:
 
 
 class LocalReader(Gatherer):
-    """A `Gatherer` with its own growable buffer: `read()` returns payloads and JSON texts."""
+    """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`)."""
 
     def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
                  max_open_shards: int | None = None) -> None:
         super().__init__(handles, verify_records=verify_records, max_open_shards=max_open_shards)
         self._out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
 
-    def read(self, cache_pos: np.ndarray, sample_id: np.ndarray) -> tuple[list[bytes], list[str]]:
-        """Payloads and embedded JSON texts of the given rows, in the given order."""
+    def read_chunk(self, cache_pos: np.ndarray, sample_id: np.ndarray, *, first: int = 0,
+                   row: np.ndarray | None = None, out: np.ndarray | None = None) -> Chunk:
+        """The given rows, in the given order, gathered as one Chunk (window positions from
+        `first`; population rows `row`, default -1). Gathers into `out`, or into this reader's
+        own buffer, which the next `read_chunk` reuses: consume such a chunk before reading
+        again (get_item does). The buffer grows until every row fits (one record or a few: for
+        windows use `local_chunks`)."""
         cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
         n = len(cache_pos)
-        json_off = np.empty(n, dtype=np.int64)
-        json_len = np.empty(n, dtype=np.int64)
-        data_off = np.empty(n, dtype=np.int64)
-        data_len = np.empty(n, dtype=np.int64)
-        datas: list[bytes] = []
-        jsons: list[str] = []
-        first = 0
-        while first < n:
-            done, _used, need = self.gather_into(
-                cache_pos[first:], sample_id[first:], self._out,
-                json_off[first:], json_len[first:], data_off[first:], data_len[first:],
-            )
-            d, j = slice_records(self._out, json_off[first:], json_len[first:],
-                                 data_off[first:], data_len[first:], done)
-            datas += d
-            jsons += j
-            first += done
-            if need and done == 0:
-                self._grow(need)
-        return datas, jsons
+        own = out is None
+        buf = self._out if own else out
+        offsets = _record_offsets(n)
+        while True:
+            done, used, need = self.gather_into(cache_pos, sample_id, buf, *offsets)
+            if done == n:
+                break
+            buf = _grown(buf, used + need)  # gather everything again into one buffer that fits
+        if own:
+            self._out = buf
+        if row is None:
+            row = np.empty(n, dtype=np.int64)
+            row.fill(-1)
+        return Chunk(first, n, buf, *offsets, cache_pos, sample_id, np.asarray(row, dtype=np.int64))
 
-    def _grow(self, need: int) -> None:
-        """Make the gather buffer hold one record of `need` bytes (a record larger than the buffer)."""
-        self._out = _grown(self._out, need)
+
+def _record_offsets(n: int) -> np.ndarray:
+    """Uninitialised (json_off, json_len, data_off, data_len) int64 rows of n entries (one
+    allocation; unpack it), in the order `Gatherer.gather_into` and `Chunk` take them."""
+    return np.empty((4, n), dtype=np.int64)
 
 
 def _grown(out: np.ndarray, need: int) -> np.ndarray:
-    """A gather buffer that holds one record of `need` bytes (at least twice `out`)."""
+    """A gather buffer that holds `need` bytes (at least twice `out`)."""
     try:
         return np.empty(max(need, 2 * len(out)), dtype=np.uint8)
     except MemoryError:
         raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
 
 
-def local_chunks(reader: LocalReader, window, block_rows: int, start: int = 0) -> Iterator[Chunk]:
+def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> Iterator[Chunk]:
     """Chunks of `window` from position `start` on, read in this process, in window order (the
-    runtime=None path, and a parallel run's head while its workers start).
+    runtime=None path, and a parallel run's head while its workers start). `window` is anything
+    with `length`, `rows(first, count)` and `population.resolve(rows)` (a planner Window, or a
+    torch worker's share of one).
 
     The gather buffer belongs to this generator (not to the shared reader), so a chunk stays
     valid until this generator is advanced, however many other iterators read meanwhile.
@@ -106,15 +107,15 @@ def local_chunks(reader: LocalReader, window, block_rows: int, start: int = 0) -
         cache_pos, sample_id = window.population.resolve(rows)
         cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
-        arrays = np.empty((4, count), dtype=np.int64)
+        json_off, json_len, data_off, data_len = _record_offsets(count)
         pos = 0
         while pos < count:
             done, _used, need = reader.gather_into(cache_pos[pos:], sample_id[pos:], out,
-                                                   arrays[0, pos:], arrays[1, pos:], arrays[2, pos:], arrays[3, pos:])
+                                                   json_off[pos:], json_len[pos:], data_off[pos:], data_len[pos:])
             if done == 0:
                 out = _grown(out, need)
                 continue
             end = pos + done
-            yield Chunk(first + pos, done, out, arrays[0, pos:end], arrays[1, pos:end], arrays[2, pos:end],
-                        arrays[3, pos:end], cache_pos[pos:end], sample_id[pos:end], rows[pos:end])
+            yield Chunk(first + pos, done, out, json_off[pos:end], json_len[pos:end], data_off[pos:end],
+                        data_len[pos:end], cache_pos[pos:end], sample_id[pos:end], rows[pos:end])
             pos = end

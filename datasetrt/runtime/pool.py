@@ -7,6 +7,11 @@ the parent waits on all result pipes and all process sentinels together, so a wo
 wakes it at once and becomes a `WorkerCrashedError` naming the worker and its exit code; a pool
 with a dead worker is closed and the next read starts a fresh one. `close()` is idempotent and
 leaves no process behind (Shutdown, join with a timeout, then terminate/kill).
+
+Runs (`open_run` / `submit` / `close_run`): the pool owns each run's id, its /dev/shm directory
+(removed at `close_run`, or by `close()` at the latest), which workers have opened it, and the
+tasks in flight per worker (`inflight`, +1 at `submit`, -1 when the task's TaskDone or
+TaskFailed is routed); a run owns its files and slots.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import multiprocess as mp
 from multiprocess import popen_spawn_posix, spawn, util
@@ -29,8 +36,18 @@ from multiprocess.connection import wait
 from multiprocess.context import SpawnProcess, reduction, set_spawning_popen
 
 from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerError, WorkerTimeoutError
-from datasetrt.runtime.protocol import Shutdown, TaskDone, TaskFailed, WorkerExited, WorkerForked, WorkerReady
-from datasetrt.runtime.shm import remove_run_dir, sweep_stale_runs
+from datasetrt.runtime.protocol import (
+    CloseRun,
+    OpenRun,
+    ReadTask,
+    Shutdown,
+    TaskDone,
+    TaskFailed,
+    WorkerExited,
+    WorkerForked,
+    WorkerReady,
+)
+from datasetrt.runtime.shm import new_run_dir, remove_run_dir, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main, zygote_main
 
 START_METHODS = ("fork", "spawn")
@@ -41,6 +58,18 @@ JOIN_TIMEOUT_S = 5.0
 def default_start_method() -> str:
     """spawn: safe with the threads Polars/pyarrow/torch start in the parent (fork is opt-in)."""
     return "spawn"
+
+
+@dataclass(eq=False)
+class PoolRun:
+    """A run as the pool tracks it (`WorkerPool.open_run`): its id and /dev/shm directory, the
+    OpenRun a worker gets before its first task of the run (`opening`, set by the run's owner
+    once its files exist) and the workers that got it."""
+
+    run_id: int
+    run_dir: Path
+    opening: OpenRun | None = None
+    workers: set[int] = field(default_factory=set)
 
 
 class WorkerPool:
@@ -57,11 +86,10 @@ class WorkerPool:
         self.task_conns: list = []
         self.result_conns: list = []
         self.ready: list[WorkerReady | None] = []
-        self.inflight = [0] * num_workers
-        self.handlers: dict[int, Callable[[object], None]] = {}
+        self.inflight = [0] * num_workers  # tasks submitted to each worker and not answered yet
+        self.handlers: dict[int, Callable[[object], None]] = {}  # run id -> its result handler
         self.run_dirs: set = set()  # /dev/shm dirs of open runs, removed by close() at the latest
         self._run_ids = itertools.count(1)
-        self._owner_pid = os.getpid()
         self.closed = False
         self.launched_at = 0.0
         self._finalizer = None
@@ -70,16 +98,6 @@ class WorkerPool:
         self._status: _StatusChannel | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the workers and wait for each WorkerReady (bounded by startup_timeout_s)."""
-        self.launch()
-        try:
-            while not self.all_ready:
-                self.poll(self.startup_timeout_s, what="worker start-up")
-        except BaseException:
-            self.close()
-            raise
 
     def launch(self) -> None:
         """Start the worker processes without waiting for them: their WorkerReady messages are
@@ -194,15 +212,49 @@ class WorkerPool:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def new_run_id(self) -> int:
-        return next(self._run_ids)
+    def open_run(self, handler: Callable[[object], None]) -> PoolRun:
+        """Register a new run: a run id, a fresh /dev/shm run directory (removed by `close_run`,
+        or by the pool's close at the latest) and the handler its TaskDone / TaskFailed messages
+        are routed to. The caller creates the run's files in `run.run_dir` and sets
+        `run.opening` (its OpenRun) before the first `submit`."""
+        if self.closed:
+            raise WorkerError(_STOPPED)
+        run = PoolRun(next(self._run_ids), new_run_dir())
+        self.run_dirs.add(run.run_dir)
+        self.handlers[run.run_id] = handler
+        return run
 
-    def least_loaded(self) -> int:
-        """The ready worker with the fewest tasks in flight (any worker while none is ready)."""
+    def submit(self, run: PoolRun, task: ReadTask) -> int:
+        """Send `task` to the ready worker with the fewest tasks in flight (any worker while none
+        is ready) and count it in flight until its TaskDone / TaskFailed arrives; a worker new to
+        the run gets `run.opening` first. Returns the worker index."""
+        if run.opening is None:
+            raise ValueError("PoolRun.opening must be set before the run's first task")
         candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
-        return min(candidates, key=self.inflight.__getitem__)
+        worker = min(candidates, key=self.inflight.__getitem__)
+        if worker not in run.workers:
+            self._send(worker, run.opening)
+            run.workers.add(worker)
+        self.inflight[worker] += 1
+        self._send(worker, task)
+        return worker
 
-    def send(self, worker: int, msg: object) -> None:
+    def close_run(self, run: PoolRun) -> None:
+        """Idempotent: drop the run's handler, tell the workers that opened it (CloseRun) and
+        remove its directory. Results of the run that still arrive are discarded."""
+        self.handlers.pop(run.run_id, None)
+        if run.run_dir not in self.run_dirs:
+            return  # closed already, or the pool removed it when it closed (crash, runtime.close, exit)
+        self.run_dirs.discard(run.run_dir)
+        if not self.closed:
+            for worker in sorted(run.workers):
+                try:
+                    self._send(worker, CloseRun(run.run_id))
+                except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
+                    break
+        remove_run_dir(run.run_dir)
+
+    def _send(self, worker: int, msg: object) -> None:
         if self.closed:
             raise WorkerError(_STOPPED)
         try:

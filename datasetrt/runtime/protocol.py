@@ -1,54 +1,66 @@
 """Typed messages between the parent and reader worker processes.
 
-Boundary: plain frozen dataclasses of ints, floats and strings; no behaviour.
+Boundary: plain frozen dataclasses (ints, floats, strings, tuples, and the frozen `CacheSet` and
+`SlotLayout` records); no behaviour, no numpy.
 
-NOTE (worker protocol). One duplex-free pipe pair per worker: tasks parent -> worker, results
-worker -> parent. The parent waits on every result pipe and every worker's process sentinel at
-once (`multiprocess.connection.wait`), so a dead worker wakes it immediately.
-  parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask
-                     ReadTask     the `count` planned rows the parent wrote into slot `slot`'s
-                                  header (window positions [first, first+count)): gather them
-                                  into that slot
+NOTE (worker protocol) — the one description; docs/architecture.md points here.
+One pipe per direction per worker: tasks parent -> worker, results worker -> parent; every
+message is one pickled dataclass below (never a tuple). The parent waits on every result pipe and
+every worker's process sentinel at once (`multiprocess.connection.wait`), so a dead worker wakes
+it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.py) owns its ring.
+  parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask of
+                                  the run: the caches (`CacheSet`), the ring file and its
+                                  `SlotLayout`
+                     ReadTask     fill slot `slot` for window positions [first, first+count):
+                                  the parent wrote their plan into the slot's header first
                      CloseRun     after the run ends; the worker unmaps the run's files
                      Shutdown     the worker exits 0
   zygote -> parent   WorkerForked (spawn) worker i runs as pid p; WorkerExited: it exited
                                   with this code (the zygote forks and reaps the workers)
-  worker -> parent   WorkerReady  after start-up (pid, which heavy modules it has imported)
+  worker -> parent   WorkerReady  after start-up (pid, which heavy modules it has imported — a
+                                  spawned worker has none)
                      TaskDone     `rows` rows of the task are in the slot (rows < count: the
                                   slot filled; the parent submits the rest as a new task;
                                   rows == 0 and need_bytes > 0: the next record alone exceeds a
                                   slot and the parent reads it in-process)
-                     TaskFailed   an exception: its qualified type, message and traceback text
-Slot layout (ring file offset slot * slot_bytes): seven int64 arrays of rows_per_slot entries —
-json_off, json_len, data_off, data_len, cache_pos, sample_id, row (population row) — then the
-data region; offsets are relative to the data region. The parent writes the plan (cache_pos,
-sample_id, row) before it sends the ReadTask; the worker reads those and writes the four
-offset/length arrays and the data region. A slot is touched by one worker between ReadTask and
-TaskDone and read by the parent only after TaskDone; the parent reassigns it only after the
-consumer released it.
-Results of a run the parent already closed are discarded.
+                     TaskFailed   an exception: its qualified type, message and traceback text;
+                                  the parent re-raises the same datasetrt error class with the
+                                  worker traceback as `__cause__`
+The slot's bytes — which header arrays the parent writes (the plan) and which the worker writes,
+and the regions — are defined once, in runtime/slot.py. A slot is touched by one worker between
+ReadTask and TaskDone and read by the parent only after TaskDone; the parent reassigns it only
+after the consumer released it. Results of a run the parent already closed are discarded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SLOT_ARRAYS = 7  # json_off, json_len, data_off, data_len, cache_pos, sample_id, row
+from datasetrt.runtime.slot import SlotLayout
+
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
 # process); a forked one inherits whatever the parent had.
 HEAVY_MODULES = ("numpy", "polars", "pyarrow", "torch", "pandas")
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSet:
+    """The caches a run reads, as a worker opens them: directories in catalog order, each one's
+    `CacheHandle.identity` as the parent opened it (a worker refuses a cache changed since), the
+    verify flag, and `key`, which names this set for worker-side reader reuse across runs."""
+
+    key: str
+    cache_dirs: tuple[str, ...]
+    identities: tuple[tuple[int, ...], ...]
+    verify_records: bool
+
+
+@dataclass(frozen=True, slots=True)
 class OpenRun:
     run_id: int
-    dataset_key: str
-    cache_dirs: tuple[str, ...]
-    verify_records: bool
+    caches: CacheSet
     ring_path: str
-    slot_bytes: int
-    rows_per_slot: int
-    identities: tuple[tuple[int, ...], ...] = ()  # CacheHandle.identity per cache, as the parent opened it
+    layout: SlotLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +124,3 @@ class TaskFailed:
     error_type: str
     message: str
     traceback: str
-
-
-def slot_header_bytes(rows_per_slot: int) -> int:
-    return SLOT_ARRAYS * 8 * rows_per_slot

@@ -1,7 +1,8 @@
 """One parallel read: a ring in a /dev/shm run dir, planned tasks to workers, reorder to plan order.
 
-Boundary: numpy arrays and the worker pool; no Polars, no Torch, no record types (the consumer
-turns chunks into samples or batches).
+Boundary: numpy arrays, the worker pool and the ring; no Polars, no Torch, no record types (the
+consumer turns chunks into samples or batches). Slot bytes are named in runtime/slot.py and
+viewed through `Ring`; this module never indexes a slot by number.
 
 Head start: a run on a pool whose workers have not reported ready yet reads the head of its
 window in this process, chunk by chunk, until one has; tasks start where the head stopped.
@@ -14,21 +15,22 @@ past the ring. Chunks come out strictly in window order whatever order workers f
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import importlib
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from datasetrt import errors
+from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
-from datasetrt.runtime.pool import WorkerPool
-from datasetrt.runtime.protocol import SLOT_ARRAYS, CloseRun, OpenRun, ReadTask, TaskDone, TaskFailed, slot_header_bytes
-from datasetrt.runtime.shm import create_shared_file, new_run_dir, remove_run_dir
+from datasetrt.runtime.pool import PoolRun, WorkerPool
+from datasetrt.runtime.protocol import CacheSet, OpenRun, ReadTask, TaskDone, TaskFailed
+from datasetrt.runtime.ring import Ring
+from datasetrt.runtime.slot import SlotLayout
 from datasetrt.sampling.planner import Window
 
 MIN_SLOT_BYTES = 1 << 20
@@ -36,15 +38,52 @@ MIN_ROWS_PER_TASK = 16
 MAX_ROWS_PER_TASK = 4096
 TASK_TARGET_BYTES = 1 << 20
 RING_TARGET_BYTES = 16 << 20
+DECODED_ESTIMATE_CAP = 16 << 20  # ring planning only; larger records split tasks or read in-process
+
+
+def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
+    """The caches as workers open them. Its key covers the paths and each cache's identity as
+    opened (manifest and index device, inode, mtime), so a cache rewritten at the same path is
+    never served from a worker's stale reader."""
+    h = hashlib.sha256(f"{verify_records}".encode())
+    for handle in handles:
+        h.update(b"\0" + str(handle.path.absolute()).encode() + repr(handle.identity).encode())
+    return CacheSet(h.hexdigest()[:32], tuple(str(handle.path.absolute()) for handle in handles),
+                    tuple(handle.identity for handle in handles), verify_records)
+
+
+def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
+    """Record size the ring is planned for: the largest stored record over all caches (one
+    vectorised pass over each index) or, for compressed caches, twice the largest average decoded
+    payload (manifest uncompressed_byte_len / sample_count), if larger. A record that decodes
+    bigger still fits: its task splits, or the parent reads it in-process."""
+    largest = 0
+    for handle in handles:
+        if handle.sample_count and any(s.algo != "none" for s in handle.manifest.shards):
+            decoded = sum(s.uncompressed_byte_len for s in handle.manifest.shards) // handle.sample_count
+            largest = max(largest, min(2 * decoded + 256, DECODED_ESTIMATE_CAP))  # manifests are untrusted
+    for handle in handles:
+        if handle.sample_count:
+            # A hostile index length is the gather kernel's to refuse; size by what can exist.
+            biggest_shard = max((s.byte_len for s in handle.manifest.shards), default=0)
+            largest = max(largest, min(int(handle.index_array()[:, 2].max()), biggest_shard))
+    return largest
 
 
 @dataclass(frozen=True)
 class RunShape:
-    """Ring geometry of a run: `slots` x `slot_bytes`, at most `rows_per_task` rows per task."""
+    """Ring geometry of a run: `slots` slots of `layout` (at most `rows_per_task` rows per task)."""
 
     slots: int
-    rows_per_task: int
-    slot_bytes: int
+    layout: SlotLayout
+
+    @property
+    def rows_per_task(self) -> int:
+        return self.layout.rows
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.layout.slot_bytes
 
     @classmethod
     def plan(cls, prefetch_size: int, num_workers: int, max_record_bytes: int, rows_hint: int | None = None) -> RunShape:
@@ -57,55 +96,60 @@ class RunShape:
         rows = max(MIN_ROWS_PER_TASK, min(512, TASK_TARGET_BYTES // record))
         if rows_hint is not None:  # batch readers: one task per batch when a batch is not huge
             rows = max(1, min(rows_hint, MAX_ROWS_PER_TASK, max(MIN_ROWS_PER_TASK, 4 * TASK_TARGET_BYTES // record)))
-        data = max(MIN_SLOT_BYTES, rows * record)
-        slot_bytes = slot_header_bytes(rows) + data
-        slot_bytes = -(-slot_bytes // 4096) * 4096
+        layout = SlotLayout.records(rows, max(MIN_SLOT_BYTES, rows * record))
         # Two tasks per worker plus the consumer's keep every process busy; more slots only
         # help up to prefetch_size, and a ring beyond RING_TARGET_BYTES falls out of the CPU
         # caches and costs page faults (measured: 157 MiB ring reads 40% slower than 10 MiB; for
         # 150 KiB records a 16 MiB ring reads as fast as a 32 MiB one with 16 MiB less PSS).
         wanted = -(-prefetch_size // rows)
-        slots = max(2 * num_workers + 2, min(wanted, RING_TARGET_BYTES // slot_bytes))
-        return cls(slots, rows, slot_bytes)
+        slots = max(2 * num_workers + 2, min(wanted, RING_TARGET_BYTES // layout.slot_bytes))
+        return cls(slots, layout)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one parallel read is, fixed when it starts: the caches and the window to read, the
+    ring sizing inputs (`prefetch_size`, `num_workers`, `max_record_bytes`, `rows_hint` — a batch
+    size to align tasks with), the memory limit the bound is checked against, the per-wait
+    timeout, and the parent's own reader (`fallback`: the head start and oversized records)."""
+
+    caches: CacheSet
+    window: Window
+    num_workers: int
+    prefetch_size: int
+    max_record_bytes: int
+    memory_limit_bytes: int
+    timeout_s: float
+    fallback: LocalReader
+    rows_hint: int | None = None
 
 
 class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
-    def __init__(self, get_pool: Callable[[], WorkerPool], num_workers: int, *, dataset_key: str,
-                 cache_dirs: list[str], counts: list[int], verify_records: bool, window: Window,
-                 prefetch_size: int, max_record_bytes: int, memory_limit_bytes: int, timeout_s: float,
-                 fallback: LocalReader, rows_hint: int | None = None, identities: tuple = ()) -> None:
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool]) -> None:
         """Check the memory bound and /dev/shm first; only then get (maybe start) the pool."""
-        self.run_dir: Path | None = None
-        self.window = window
-        self.timeout_s = timeout_s
-        self.fallback = fallback
-        self.shape = RunShape.plan(prefetch_size, num_workers, max_record_bytes, rows_hint)
-        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, num_workers)
-        bound.check(memory_limit_bytes)
+        self.run_dir = None
+        self.window = spec.window
+        self.timeout_s = spec.timeout_s
+        self.fallback = spec.fallback
+        self.shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
+        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, spec.num_workers)
+        bound.check(spec.memory_limit_bytes)
         check_shm_capacity(bound.ring_bytes)
-        self.pool = pool = get_pool()
-        self.run_id = pool.new_run_id()
-        self.run_dir = new_run_dir()
-        pool.run_dirs.add(self.run_dir)
-        self._opened: set[int] = set()
-        self._free = deque(range(self.shape.slots))
+        self.pool = get_pool()
+        self.ring: Ring | None = None
         self._todo: list[tuple[int, int]] = []  # heap of continuation ranges, served first
         self._next_first = 0
         self._done: dict[int, tuple[TaskDone, int]] = {}  # window position -> (result, task count)
         self._failure: TaskFailed | None = None
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
+        self._run: PoolRun = self.pool.open_run(self._on_message)
+        self.run_id, self.run_dir = self._run.run_id, self._run.run_dir
         try:
-            self.ring = create_shared_file(self.run_dir / "ring", self.shape.slots * self.shape.slot_bytes)
-            self.spec = OpenRun(
-                run_id=self.run_id, dataset_key=dataset_key, cache_dirs=tuple(cache_dirs),
-                verify_records=verify_records, ring_path=str(self.run_dir / "ring"),
-                slot_bytes=self.shape.slot_bytes, rows_per_slot=self.shape.rows_per_task,
-                identities=tuple(identities),
-            )
-            pool.handlers[self.run_id] = self._on_message
+            self.ring = Ring(self.run_dir / "ring", self.shape.layout, self.shape.slots)
+            self._run.opening = OpenRun(self.run_id, spec.caches, str(self.ring.path), self.shape.layout)
         except BaseException:
             self.close()
             raise
@@ -124,34 +168,23 @@ class ParallelRun:
                 heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
 
     def _submit(self) -> None:
-        while self._free and (self._todo or self._next_first < self.window.length):
+        ring = self.ring
+        while ring.free and (self._todo or self._next_first < self.window.length):
             if self._todo:
                 first, count = heapq.heappop(self._todo)
             else:
                 first = self._next_first
                 count = min(self.shape.rows_per_task, self.window.length - first)
                 self._next_first += count
-            worker = self.pool.least_loaded()
-            if worker not in self._opened:
-                self.pool.send(worker, self.spec)
-                self._opened.add(worker)
-            slot = self._free.popleft()
-            self._write_plan(slot, first, count)
+            slot = ring.acquire()
+            # The plan: population rows of window positions [first, first+count) and their
+            # (cache position, sample id), which the worker gathers.
+            rows = self.window.rows(first, count)
+            cache_pos, sample_id = self.window.population.resolve(rows)
+            ring.write_plan(slot, cache_pos=cache_pos, sample_id=sample_id, row=rows)
             self._task_ids += 1
             self._task_counts[self._task_ids] = count
-            self.pool.inflight[worker] += 1
-            self.pool.send(worker, ReadTask(self.run_id, self._task_ids, first, count, slot))
-
-    def _write_plan(self, slot: int, first: int, count: int) -> None:
-        """Publish window positions [first, first+count) into the slot header: the population
-        rows and their (cache position, sample id), which the worker gathers."""
-        rows = self.window.rows(first, count)
-        cache_pos, sample_id = self.window.population.resolve(rows)
-        r = self.shape.rows_per_task
-        header = np.ndarray((SLOT_ARRAYS, r), dtype=np.int64, buffer=self.ring, offset=slot * self.shape.slot_bytes)
-        header[4, :count] = cache_pos
-        header[5, :count] = np.asarray(sample_id, dtype=np.uint64).view(np.int64)
-        header[6, :count] = rows
+            self.pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
 
     def _raise_failure(self, msg: TaskFailed) -> None:
         module, _, name = msg.error_type.rpartition(".")
@@ -173,9 +206,9 @@ class ParallelRun:
     # -- iteration ----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Chunk]:
-        header = slot_header_bytes(self.shape.rows_per_task)
+        ring = self.ring
         position = 0
-        held: int | None = None
+        held: int | None = None  # the slot of the chunk the consumer has: freed at its next request
         try:
             # Head start: while no worker has reported ready (a pool just launched: ~0.1 s for
             # spawn), read the head of the window in this process; tasks start where it stopped.
@@ -192,7 +225,7 @@ class ParallelRun:
                 self._next_first = position
             while position < self.window.length:
                 if held is not None:
-                    self._free.append(held)
+                    ring.release(held)
                     held = None
                 self._submit()
                 while position not in self._done and self._failure is None:
@@ -203,59 +236,32 @@ class ParallelRun:
                 done, count = self._done.pop(position)
                 if done.rows == 0:
                     # The next record alone exceeds a slot: read it here, queue the rest.
-                    self._free.append(done.slot)
+                    ring.release(done.slot)
                     yield self._inline_chunk(position)
                     position += 1
                     if count > 1:
                         heapq.heappush(self._todo, (position, count - 1))
                     continue
-                base = done.slot * self.shape.slot_bytes
-                arrays = np.ndarray((SLOT_ARRAYS, self.shape.rows_per_task), dtype=np.int64, buffer=self.ring, offset=base)
-                data = np.ndarray(self.shape.slot_bytes - header, dtype=np.uint8, buffer=self.ring, offset=base + header)
-                n = done.rows
                 held = done.slot
-                yield Chunk(position, n, data, arrays[0, :n], arrays[1, :n], arrays[2, :n], arrays[3, :n],
-                            arrays[4, :n], arrays[5, :n].view(np.uint64), arrays[6, :n])
-                position += n
+                yield ring.chunk(done.slot, position, done.rows)
+                position += done.rows
         finally:
             self.close()
 
     def _inline_chunk(self, position: int) -> Chunk:
-        """Read one record too large for a ring slot in this process (its own buffer)."""
+        """Read one record too large for a ring slot in this process (into its own buffer)."""
         rows = self.window.rows(position, 1)
         cache_pos, sample_id = self.window.population.resolve(rows)
-        cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
-        sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
-        datas, jsons = self.fallback.read(cache_pos, sample_id)
-        js = jsons[0].encode()
-        buf = np.frombuffer(js + datas[0], dtype=np.uint8)
-        return Chunk(position, 1, buf, np.array([0]), np.array([len(js)]), np.array([len(js)]),
-                     np.array([len(datas[0])]), cache_pos, sample_id, np.asarray(rows, dtype=np.int64))
+        return self.fallback.read_chunk(cache_pos, sample_id, first=position, row=rows,
+                                        out=np.empty(0, dtype=np.uint8))
 
     def close(self) -> None:
-        """Idempotent: tell workers the run is over, drop its handler, remove its files.
-
-        Safe at interpreter exit (module globals may be gone): it only uses what it holds.
-        The pool also removes its runs' directories when it closes, so `runtime.close()` cleans
-        up after iterators that are still open."""
+        """Idempotent: unmap the ring, then let the pool drop the run (handler, CloseRun to the
+        workers that opened it, its directory). The pool also closes its runs when it closes,
+        so `runtime.close()` cleans up after iterators that are still open."""
         run_dir, self.run_dir = self.run_dir, None
         if run_dir is None:
             return
-        pool = self.pool
-        pool.handlers.pop(self.run_id, None)
-        ring = getattr(self, "ring", None)
-        if ring is not None:
-            try:
-                ring.close()
-            except BufferError:
-                pass  # a consumer still holds a chunk view; the mapping goes with it
-        if run_dir not in pool.run_dirs:
-            return  # the pool already removed it when it closed (crash, runtime.close, exit)
-        pool.run_dirs.discard(run_dir)
-        if not pool.closed:
-            for worker in self._opened:
-                try:
-                    pool.send(worker, CloseRun(self.run_id))
-                except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by send()
-                    break
-        remove_run_dir(run_dir)
+        if self.ring is not None:
+            self.ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
+        self.pool.close_run(self._run)

@@ -2,12 +2,12 @@
 
 Boundary: files and mappings; knows nothing of records or tables.
 
-Ownership: the parent creates `/dev/shm/datasetrt-<pid>-<token>/`, every file in it, and removes
-it (normal end, exception, abandoned iterator, interrupt, runtime close). Workers only open files
-in it read-write (ring) or read-only (snapshot) and never unlink. Nothing is registered with the
-`multiprocess` resource tracker (the spawn start method still starts that process; it tracks
-nothing of ours). A parent killed with SIGKILL leaves its directory behind; the next
-`sweep_stale_runs()` (at every runtime start) removes directories whose owner pid is gone.
+Ownership: the parent creates `/dev/shm/datasetrt-<pid>-<token>/`, every file in it (today the
+run's ring), and removes it (normal end, exception, abandoned iterator, interrupt, runtime
+close). Workers only map its files read-write and never unlink. Nothing is registered with the
+`multiprocess` resource tracker (the zygote is spawned without one: `pool._LeanSpawnPopen`). A
+parent killed with SIGKILL leaves its directory behind; the next `sweep_stale_runs()` (at every
+runtime start) removes directories whose owner pid is gone.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Boundary: imports the native kernels, the format reader, the gatherer and the protocol — no
 numpy, pyarrow, Polars or Torch (`WorkerReady.heavy_modules` reports what a worker has; a
 spawned one has none of them). The parent plans: each task's rows (cache position, sample id)
-arrive in the slot header, so a worker needs no planner, table or snapshot.
+arrive in the slot header (runtime/slot.py), so a worker needs no planner, table or snapshot.
+How a slot is filled depends on its layout's kind (`FILLERS`, one function per layout).
 
 The worker ignores SIGINT (the parent owns interrupt handling and cleanup), exits when the parent
 process dies (a pidfd watched by a daemon thread), and also exits when its task pipe reaches EOF.
@@ -38,9 +39,9 @@ from datasetrt.runtime.protocol import (
     WorkerExited,
     WorkerForked,
     WorkerReady,
-    slot_header_bytes,
 )
 from datasetrt.runtime.shm import attach_shared_file
+from datasetrt.runtime.slot import WorkerSlot
 
 MAX_CACHED_READERS = 4
 
@@ -69,32 +70,44 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 class _Run:
-    """A run as one worker sees it: its ring mapping and the cache gatherer."""
+    """A run as one worker sees it: its ring mapping, slot layout and the cache gatherer."""
 
     def __init__(self, spec: OpenRun, reader: Gatherer) -> None:
         self.spec = spec
         self.reader = reader
+        self.layout = spec.layout
+        self.fill = FILLERS[spec.layout.kind]
         self.ring = attach_shared_file(Path(spec.ring_path), writable=True)
         self.view = memoryview(self.ring)
-        self.rows_per_slot = spec.rows_per_slot
-        self.header_bytes = slot_header_bytes(spec.rows_per_slot)
+        self.slots: dict[int, WorkerSlot] = {}  # views of the slots this worker filled, made once
 
     def execute(self, task: ReadTask) -> tuple[int, int]:
-        """Gather the task's planned rows (from its slot header) into its slot: (rows, need_bytes)."""
-        base = task.slot * self.spec.slot_bytes
-        header = self.view[base: base + self.header_bytes]
-        signed = header.cast("q")
-        r, n = self.rows_per_slot, task.count
-        rows, _used, need = self.reader.gather_into(
-            signed[4 * r: 4 * r + n], header.cast("Q")[5 * r: 5 * r + n],
-            self.view[base + self.header_bytes: base + self.spec.slot_bytes],
-            signed[0: n], signed[r: r + n], signed[2 * r: 2 * r + n], signed[3 * r: 3 * r + n],
-        )
-        return rows, need
+        """Fill the task's slot from the plan in its header: (rows, need_bytes) for TaskDone."""
+        slot = self.slots.get(task.slot)
+        if slot is None:
+            slot = self.slots[task.slot] = WorkerSlot(self.view, self.layout, task.slot)
+        return self.fill(self.reader, slot, task.count)
 
     def close(self) -> None:
+        for slot in self.slots.values():
+            slot.release()
         self.view.release()
         self.ring.close()
+
+
+def _fill_records(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, int]:
+    """Fill a "records" slot: gather the planned rows into the "data" region (embedded JSON and
+    decoded payload per record) and their offsets/lengths into the result arrays."""
+    rows, _used, need = reader.gather_into(
+        slot.array("cache_pos", count), slot.array("sample_id", count), slot.region("data"),
+        slot.array("json_off", count), slot.array("json_len", count),
+        slot.array("data_off", count), slot.array("data_len", count),
+    )
+    return rows, need
+
+
+# How a worker fills a slot, by `SlotLayout.kind` (runtime/slot.py): one code path per layout.
+FILLERS = {"records": _fill_records}
 
 
 def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
@@ -117,14 +130,15 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 _report(result_conn, index, msg.run_id, msg.task_id, exc)
         elif isinstance(msg, OpenRun):
             try:
-                reader = readers.pop(msg.dataset_key, None)
+                caches = msg.caches
+                reader = readers.pop(caches.key, None)
                 if reader is None:
-                    handles = [CacheHandle.open(p) for p in msg.cache_dirs]
-                    for handle, expected in zip(handles, msg.identities):
+                    handles = [CacheHandle.open(p) for p in caches.cache_dirs]
+                    for handle, expected in zip(handles, caches.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
-                    reader = Gatherer(handles, verify_records=msg.verify_records)
-                readers[msg.dataset_key] = reader
+                    reader = Gatherer(handles, verify_records=caches.verify_records)
+                readers[caches.key] = reader
                 runs[msg.run_id] = _Run(msg, reader)
                 _evict_idle(readers, runs)
             except BaseException as exc:  # noqa: BLE001
@@ -149,9 +163,9 @@ def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: i
 
     Workers forked from this small, single-purpose interpreter share its pages (imports, heap)
     copy-on-write, so each costs a few MiB of PSS instead of a whole interpreter. Each child keeps
-    only its own two pipe ends and runs `worker_main`; the zygote reports ("forked", i, pid), reaps
-    its children and reports ("exited", i, exit code), and exits when they are all gone. It dies
-    with the parent like the workers do.
+    only its own two pipe ends and runs `worker_main`; the zygote reports `WorkerForked(i, pid)`,
+    reaps its children and reports `WorkerExited(i, exit code)`, and exits when they are all gone.
+    It dies with the parent like the workers do (`_die_with_parent`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)

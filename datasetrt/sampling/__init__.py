@@ -1,0 +1,18 @@
+"""Pure planning (layer 3): which population row each plan position reads.
+
+Boundary: numpy in, numpy out; no I/O, no Polars, no processes. Modules: `planner` (dataset-rt's
+ordered window and shuffled draws, `Window`, `PlanWindow`), `permutation` (exactly-once epochs),
+`mixture` (streams, proportions, resolved stream rows), `plans` (mixture plans and their state),
+`curriculum` (stages). docs/sampling.md describes the modes and their guarantees.
+"""
+
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, Stage
+from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
+from datasetrt.sampling.permutation import EpochPermutation, repeat_counts, stream_label
+from datasetrt.sampling.planner import PlanWindow
+from datasetrt.sampling.plans import MixturePlan, StreamProgress
+
+__all__ = [
+    "Curriculum", "CurriculumPlan", "EpochPermutation", "Mixture", "MixturePlan", "PlanWindow", "Stage", "Stream",
+    "StreamProgress", "StreamRows", "repeat_counts", "stream_label",
+]

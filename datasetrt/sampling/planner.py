@@ -5,13 +5,16 @@ Boundary: numpy in, numpy out; no I/O. Bit-compatible with dataset-rt 0.4.8 (doc
 * shuffled, physical population (no update_metadata yet): draw d picks global physical index
   uniform_draws(seed, N, d) — ChaCha8 per draw, computed in the native kernel in blocks;
 * shuffled, active population (after update_metadata): weighted_draws over the active rows.
-Windows are generated lazily in blocks, so an epoch of any length costs O(block) memory.
+Windows are planned lazily, any range of positions at a time (`Window.rows`), so an epoch of any
+length costs memory only for the range being read. `PlanWindow` is the same reader-facing shape
+over a position plan (exactly-once epochs, mixtures, curricula: permutation.py, plans.py,
+curriculum.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -25,7 +28,8 @@ class ActiveRows:
 
     `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
     positive, finite) have one entry per active row, duplicates included, in table order.
-    `weights` may be None where only the precomputed cumulative sums travel (reader workers).
+    `weights` may be None where only the precomputed cumulative sums travel (a spawned torch
+    DataLoader worker maps them from the population snapshot).
     Lives here, not in table/, so that planning never imports Polars.
     """
 
@@ -40,13 +44,15 @@ class ActiveRows:
 class Population:
     """The rows a window draws from: either all physical samples or the validated active rows.
 
-    `cum`/`scale` may be given precomputed (a worker maps them from the run snapshot)."""
+    `cum`/`scale` may be given precomputed (a spawned torch DataLoader worker maps them from the
+    population snapshot, runtime/snapshot.py). `table` is opaque here: the table this population
+    was validated from (batch metadata reads its rows), or None for the physical population."""
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
-                 cum: np.ndarray | None = None, scale: float = 0.0, source: object = None) -> None:
+                 cum: np.ndarray | None = None, scale: float = 0.0, table: object = None) -> None:
         self.catalog = catalog
         self.active = active
-        self.source = source  # opaque: the table this population was validated from (for batch metadata)
+        self.table = table
         self._cum = cum
         self._scale = scale
 
@@ -93,15 +99,37 @@ class Window:
             return draws.weighted_draws(self.seed, cum, scale, begin, count).astype(np.int64)
         return draws.uniform_draws(self.seed, n, begin, count).astype(np.int64)
 
-    def blocks(self, block_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(cache position, sample_id) arrays for consecutive blocks of the window, in plan order."""
-        for first in range(0, self.length, block_rows):
-            count = min(block_rows, self.length - first)
-            yield self.population.resolve(self.rows(first, count))
-
 
 def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:
     """Dataset position after reserving a window: cursor + len mod n (ordered), or draw + len."""
     if shuffle:
         return (position + length) & 0xFFFFFFFFFFFFFFFF
     return (position + length) % n_rows
+
+
+class RowPlan(Protocol):
+    """A position plan: population rows (int64) of plan positions [first, first+count), a pure
+    function of the plan's configuration, seed and the positions (EpochPermutation, MixturePlan,
+    CurriculumPlan)."""
+
+    def rows(self, first: int, count: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class PlanWindow:
+    """One iterator's window over a position plan: `length` plan positions from `start`. Readers
+    use it as a `Window` (`population`, `length`, `rows(first, count)`); `sub` cuts it for shares.
+    The dataset position after it is `start + length` (plan positions never wrap)."""
+
+    population: Population
+    plan: RowPlan
+    start: int
+    length: int
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        """Population rows for window positions [first, first+count)."""
+        return self.plan.rows(self.start + first, count)
+
+    def sub(self, first: int, count: int) -> PlanWindow:
+        """The window of this window's positions [first, first+count)."""
+        return PlanWindow(self.population, self.plan, self.start + first, count)

@@ -82,7 +82,7 @@ def take(iterator, n: int) -> list:
 
 def active_run(runtime):
     """The single ParallelRun currently registered with the runtime's worker pool."""
-    handlers = list(runtime._readers.handlers.values())
+    handlers = list(runtime._worker_pool.handlers.values())
     assert len(handlers) == 1, handlers
     return handlers[0].__self__
 

@@ -98,7 +98,7 @@ def test_sigkill_of_the_zygote_mid_epoch_raises_and_stops_its_workers(good):
     rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
     try:
         old = rt.start_workers()
-        zygote = rt._readers._zygote.pid
+        zygote = rt._worker_pool._zygote.pid
         assert all(psutil.Process(pid).ppid() == zygote for pid in old)  # the workers are its children
         it = iter(long_dataset([good], rt))
         take(it, 5)

@@ -63,12 +63,12 @@ def test_first_read_starts_in_process_while_workers_start(paths):
             d.set_epoch_len(300_000)
         it, want = iter(ds), iter(ref)
         assert next(it) == next(want)
-        assert not rt._readers.all_ready  # a spawned worker needs ~0.1 s; the first sample came first
+        assert not rt._worker_pool.all_ready  # a spawned worker needs ~0.1 s; the first sample came first
         for k, (got, expected) in enumerate(zip(it, want), start=1):
             if got != expected:
                 pytest.fail(f"sample {k} differs")
         assert k == 299_999 and next(it, None) is None
-        assert rt._readers.all_ready and len(rt.worker_pids) == 2
+        assert rt._worker_pool.all_ready and len(rt.worker_pids) == 2
     finally:
         rt.close()
 
@@ -77,7 +77,7 @@ def test_start_workers_waits_until_every_worker_is_ready(paths):
     rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
     try:
         pids = rt.start_workers()
-        assert len(pids) == 2 and set(pids) <= child_pids() and rt._readers.all_ready
+        assert len(pids) == 2 and set(pids) <= child_pids() and rt._worker_pool.all_ready
         assert rt.start_workers() == pids  # idempotent
         assert len(list(dataset(paths, rt))) == 700
     finally:
@@ -106,7 +106,7 @@ def test_run_dir_lives_while_iterating_and_goes_when_exhausted(shared, paths):
     run = active_run(shared)
     assert (SHM / entry / "ring").stat().st_size == run.shape.slots * run.shape.slot_bytes
     assert len(list(it)) == 697
-    assert shm_entries() == [] and shared._readers.handlers == {}
+    assert shm_entries() == [] and shared._worker_pool.handlers == {}
 
 
 def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
@@ -116,7 +116,7 @@ def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
     assert len(shm_entries()) == 1
     del it
     gc.collect()
-    assert shm_entries() == [] and shared._readers.handlers == {}
+    assert shm_entries() == [] and shared._worker_pool.handlers == {}
     assert shared.worker_pids == pids
     assert len(list(dataset(paths, shared))) == 700
 
@@ -134,7 +134,7 @@ def test_consumer_exception_inside_the_loop(shared, paths, exc_type):
     with pytest.raises(exc_type, match="consumer stops"):
         consume()
     gc.collect()
-    assert shm_entries() == [] and shared._readers.handlers == {}
+    assert shm_entries() == [] and shared._worker_pool.handlers == {}
     assert shared.worker_pids == pids  # workers ignore it and keep serving
     ref = drt.CachedDataset(paths, reader_config=ds.reader_config)
     take(iter(ref), 1)  # the failed iterator reserved a window; advance the reference the same way
@@ -158,7 +158,7 @@ def test_spawned_workers_import_no_numpy_polars_pyarrow_or_torch(shared, paths):
 
     ds = dataset(paths, shared)
     assert len(list(ds)) == 700  # after a real read, not just start-up
-    ready = shared._readers.ready
+    ready = shared._worker_pool.ready
     assert len(ready) == 2 and all(r is not None for r in ready)
     assert sorted(r.pid for r in ready) == sorted(shared.worker_pids)
     assert [r.heavy_modules for r in ready] == [(), ()]
@@ -181,7 +181,7 @@ def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
         rt.start_workers()  # readiness is what this test checks; reads would not wait for it
         ds = rt.cached_dataset([{str(paths[0])!r}], reader_config=drt.ReaderConfig(seed=1))
         n = len(list(ds))
-        print(json.dumps([n, [list(r.heavy_modules) for r in rt._readers.ready]]))
+        print(json.dumps([n, [list(r.heavy_modules) for r in rt._worker_pool.ready]]))
         rt.close()
     """))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}

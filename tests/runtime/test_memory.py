@@ -77,7 +77,7 @@ def test_too_small_limit_with_running_workers_creates_nothing(fork_rt, cache, is
         next(iter(ds))
     message = str(info.value)
     assert all(term in message for term in TERMS), message
-    assert shm_entries() == [] and fork_rt._readers.handlers == {}
+    assert shm_entries() == [] and fork_rt._worker_pool.handlers == {}
     assert child_pids() == children and fork_rt.worker_pids == pids
 
 
@@ -182,7 +182,7 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
         it = iter(ds)
         consumed = len(take(it, 1))
         run = active_run(rt)
-        pool, shape = rt._readers, run.shape
+        pool, shape = rt._worker_pool, run.shape
         ring = SHM / run.run_dir.name / "ring"
         from datasetrt.runtime.run import RunShape
 

@@ -189,7 +189,7 @@ def test_interleaved_iterators_on_two_datasets_sharing_a_runtime(runtimes, cache
         its = [iter(ds1), iter(ds2), iter(ds1)]
         firsts = [next(it) for it in its]  # all three runs are open at once
         if ds1 is par1:
-            assert len(rt._readers.handlers) == 3
+            assert len(rt._worker_pool.handlers) == 3
         results.append([[first, *rest] for first, rest in zip(firsts, interleave(its, seed=7))])
     want, got = results
     for g, w in zip(got, want):
@@ -241,6 +241,6 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
             assert len(got) == 20_000 and got == want
         else:
             assert_same(list(par), list(ref))
-        assert rt._readers.all_ready  # the workers took over before the end
+        assert rt._worker_pool.all_ready  # the workers took over before the end
     finally:
         rt.close()

@@ -158,3 +158,12 @@ def test_nested_dicts_and_dump_round_trip():
     assert drt.WriterConfig(**cfg.model_dump()) == cfg
     reader = drt.ReaderConfig(seed=3, shuffle=False, verify_records=False)
     assert drt.ReaderConfig(**reader.model_dump()) == reader
+
+
+def test_reader_sampling_mode():
+    assert drt.ReaderConfig(seed=1).sampling == "draws"  # dataset-rt's orders stay the default
+    assert drt.ReaderConfig(seed=1, sampling="permutation").sampling == "permutation"
+    with pytest.raises(ValidationError, match="needs shuffle=True"):
+        drt.ReaderConfig(seed=1, sampling="permutation", shuffle=False)
+    with pytest.raises(ValidationError):
+        drt.ReaderConfig(seed=1, sampling="random")

@@ -19,6 +19,7 @@ import xxhash
 
 import datasetrt as drt
 from datasetrt._native import codec
+from datasetrt.codecs import CODEC_IDS
 from datasetrt.format import writer
 from datasetrt.format.envelope import MetadataSchema
 from tests.conftest import QUIET
@@ -46,7 +47,7 @@ def _reference(items, algo: str, max_shard: int):
     index, sums = [], []
     for data, md in items:
         payload = bytes(memoryview(data).cast("B"))
-        stored = codec.lz4_compress(payload) if algo == "lz4" else payload
+        stored = codec.Encoder(CODEC_IDS["lz4"]).encode(payload) if algo == "lz4" else payload
         js = schema.encode(md)[0]
         record = len(js).to_bytes(8, "little") + js + stored
         if not shards or (len(shards[-1]) > 0 and len(shards[-1]) + len(record) > max_shard):

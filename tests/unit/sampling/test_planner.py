@@ -28,9 +28,15 @@ def physical_pairs(cat: CacheCatalog):
     return [(k, s) for k, n in enumerate(cat.counts.tolist()) for s in range(n)]
 
 
+def blocks(window: Window, block_rows: int):
+    """(cache position, sample_id) arrays of consecutive blocks of the window, as readers plan them."""
+    for first in range(0, window.length, block_rows):
+        yield window.population.resolve(window.rows(first, min(block_rows, window.length - first)))
+
+
 def resolved(window: Window, block_rows: int):
     out = []
-    for pos, sid in window.blocks(block_rows):
+    for pos, sid in blocks(window, block_rows):
         assert pos.dtype == np.int64 and sid.dtype == np.uint64 and len(pos) == len(sid) <= block_rows
         out += list(zip(pos.tolist(), sid.tolist()))
     return out
@@ -163,7 +169,7 @@ def test_blocks_concatenation_independent_of_block_size(shuffle, weighted, seed,
 
 
 def test_blocks_of_empty_window():
-    assert list(Window(Population(catalog()), True, 0, 0, 0).blocks(8)) == []
+    assert list(blocks(Window(Population(catalog()), True, 0, 0, 0), 8)) == []
 
 
 # -- advance --------------------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""Manifest migration: rewrite format_version 2 manifests as v3, atomically per manifest.
+
+Boundary: manifest.json files of caches the caller has opened; knows nothing of datasets, tables or
+sampling. The caller supplies each cache's identity (for v2 caches: its position in the dataset's
+paths, the id readers already gave it), so a migrated cache keeps the cache_id it was read with.
+
+Per manifest: a v3 manifest is left alone ("unchanged"); a v2 one is rewritten with
+`format_version: 3` and `cache_id` first, every other key kept in order, through
+`manifest.json.partial` (written, fsynced, renamed over the manifest), then the cache directory
+is fsynced ("updated"; "durability_unknown" when that directory fsync fails). The first failure
+stops the run and is returned with the entries done so far; nothing is raised for bad files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from datasetrt.format.durable import fsync_path
+from datasetrt.format.layout import MANIFEST_NAME
+from datasetrt.records import (
+    AbsentManifestTarget,
+    Err,
+    ManifestUpdateEntry,
+    ManifestUpdateError,
+    ManifestUpdateReport,
+    Ok,
+)
+
+
+def update_manifests(cache_dirs: Sequence[Path], cache_ids: Sequence[int], version: Any) -> Ok | Err:
+    """Migrate the manifests of `cache_dirs` (cache_ids[k] is cache k's identity) to `version`
+    (only the integer 3 is a migration target). O(caches) file rewrites.
+
+    Returns Ok(ManifestUpdateReport) with one entry per cache, or Err(ManifestUpdateError) for an
+    unsupported target, two paths naming the same manifest, or the first manifest that cannot be
+    read, parsed or replaced (its entries so far attached).
+    """
+    if type(version) is not int or version != 3:
+        return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
+                                       "unsupported manifest migration target; expected integer 3"))
+    entries: list[ManifestUpdateEntry] = []
+    targets = [Path(d).resolve() / MANIFEST_NAME for d in cache_dirs]
+    seen: set[Path] = set()
+    for target in targets:
+        if target in seen:
+            return Err(ManifestUpdateError(target, "duplicate migration target or cache_id", ()))
+        seen.add(target)
+    for cache_dir, path, cache_id in zip(cache_dirs, targets, cache_ids):
+        cache_id = int(cache_id)
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("format_version") == 3:
+                entries.append(ManifestUpdateEntry(path, cache_id, "unchanged"))
+                continue
+            migrated = {"format_version": 3, "cache_id": cache_id}
+            migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
+            tmp = path.with_name(MANIFEST_NAME + ".partial")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(json.dumps(migrated, indent=2, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            try:
+                fsync_path(cache_dir)
+                status = "updated"
+            except OSError:
+                status = "durability_unknown"
+            entries.append(ManifestUpdateEntry(path, cache_id, status))
+        except (OSError, ValueError) as exc:
+            return Err(ManifestUpdateError(path, f"manifest update failed: {exc}", tuple(entries)))
+    return Ok(ManifestUpdateReport(tuple(entries)))

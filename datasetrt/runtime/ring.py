@@ -1,0 +1,103 @@
+"""The parent's side of a run's ring: the shared file, which slots are free, and numpy views of a
+slot by the names `runtime.slot.SlotLayout` defines.
+
+Boundary: numpy and the run's ring file; no processes, no records (a `Chunk` is arrays), no
+Polars or Torch.
+
+Ownership: the parent creates the ring file (inside the run's /dev/shm directory, which the pool
+removes) and maps it read-write; workers attach to it. A slot is either free (in `free`) or
+lent: to a task between `acquire()` and the task's result, then to whoever holds the chunk made
+from it, until `release(slot)`. Views from `arrays()`, `region()` and `chunk()` are only
+meaningful while their slot is lent to the caller; the run decides when a slot returns (today:
+when the consumer asks for the next chunk).
+
+Every view holds a buffer export of the mapping (`np.frombuffer`; `np.ndarray(buffer=)` keeps
+none), so `close()` never unmaps memory a view still points to: the mapping then lives until the
+last view is gone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+
+from datasetrt.runtime.local import Chunk
+from datasetrt.runtime.shm import create_shared_file
+from datasetrt.runtime.slot import PARENT, SlotLayout
+
+
+class Ring:
+    """`slots` slots of `layout` in one shared file at `path` (created here, pages reserved).
+
+    Each slot's full-length views are made once, here (a view costs a few microseconds, and a
+    task reads or writes eight of them); `array`, `region` and `chunk` hand out slices of them.
+    """
+
+    def __init__(self, path: Path, layout: SlotLayout, slots: int) -> None:
+        self.path = path
+        self.layout = layout
+        self.slots = slots
+        self.map = create_shared_file(path, slots * layout.slot_bytes)
+        self.free: deque[int] = deque(range(slots))
+        self._plan_names = frozenset(f.name for f in layout.arrays if f.writer == PARENT)
+        self._arrays: list[dict[str, np.ndarray]] | None = [
+            {f.name: self._view(slot, *layout.array(f.name), layout.rows) for f in layout.arrays}
+            for slot in range(slots)
+        ]
+        self._regions: list[dict[str, np.ndarray]] | None = [
+            {r.name: self._view(slot, layout.region(r.name)[0], "B", layout.region(r.name)[1]) for r in layout.regions}
+            for slot in range(slots)
+        ]
+
+    def _view(self, slot: int, offset: int, typecode: str, count: int) -> np.ndarray:
+        return np.frombuffer(self.map, dtype=np.dtype(typecode), count=count,
+                             offset=self.layout.slot_offset(slot) + offset)
+
+    # -- lending ------------------------------------------------------------------------------
+
+    def acquire(self) -> int | None:
+        """A free slot (lent to the caller), or None when every slot is lent."""
+        return self.free.popleft() if self.free else None
+
+    def release(self, slot: int) -> None:
+        """Return a lent slot; its bytes may be overwritten by the next task."""
+        self.free.append(slot)
+
+    # -- views --------------------------------------------------------------------------------
+
+    def array(self, slot: int, name: str, count: int) -> np.ndarray:
+        """Entries [0, count) of header array `name` of `slot` (a view; dtype from the layout)."""
+        return self._arrays[slot][name][:count]
+
+    def arrays(self, slot: int, count: int) -> dict[str, np.ndarray]:
+        """Every header array of `slot`, entries [0, count), by name."""
+        return {name: view[:count] for name, view in self._arrays[slot].items()}
+
+    def region(self, slot: int, name: str) -> np.ndarray:
+        """Region `name` of `slot` as a uint8 view."""
+        return self._regions[slot][name][:]
+
+    def write_plan(self, slot: int, **plan: np.ndarray) -> None:
+        """Write a task's plan into `slot`: one array per PARENT header array of the layout,
+        by name, all of the task's length (values are cast to the array's dtype)."""
+        if plan.keys() != self._plan_names:
+            raise ValueError(f"a {self.layout.kind!r} plan has arrays {sorted(self._plan_names)}, got {sorted(plan)}")
+        views = self._arrays[slot]
+        for name, values in plan.items():
+            views[name][: len(values)] = values
+
+    def chunk(self, slot: int, first: int, rows: int) -> Chunk:
+        """A "records" slot whose task filled `rows` rows, as the Chunk of window positions
+        [first, first+rows) (views of the slot)."""
+        return Chunk(first, rows, self.region(slot, "data"), **self.arrays(slot, rows))
+
+    def close(self) -> None:
+        """Unmap (idempotent). While a view handed out is alive the mapping stays (BufferError
+        from mmap, ignored) and goes when the last such view and this ring are collected."""
+        self._arrays = self._regions = None
+        try:
+            self.map.close()
+        except BufferError:
+            pass

@@ -1,0 +1,78 @@
+"""Sources: adapters from the data users have to CacheSource (named iterables of CacheInput).
+
+Boundary: columnar and bounded readers of Parquet, Arrow IPC / Feather, JSON Lines, Hugging Face
+datasets, numpy arrays and in-memory Arrow data; they know nothing of the cache format or of
+processes (the writer validates and stores what they yield).
+
+Every source takes the same column mapping (`payload=`, `metadata=`, `rename=`, `payload_spec=`,
+`index_column=`, `batch_bytes=`; see `Columns`) and is usable with `rt.write_cache([...], base)`.
+`open_path(path, name, ...)` picks the adapter for a file or directory by its suffix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from datasetrt.errors import ConfigError
+from datasetrt.sources.arrays import NumpySource
+from datasetrt.sources.base import BatchSource, RecordBatchSource
+from datasetrt.sources.columns import Columns, PayloadLayout
+from datasetrt.sources.files import (
+    ARROW_SUFFIXES,
+    JSONL_SUFFIXES,
+    PARQUET_SUFFIXES,
+    ArrowSource,
+    JsonLinesSource,
+    ParquetSource,
+)
+from datasetrt.sources.hf import HFDatasetSource
+
+__all__ = [
+    "ArrowSource", "BatchSource", "Columns", "HFDatasetSource", "JsonLinesSource", "NumpySource",
+    "ParquetSource", "PayloadLayout", "RecordBatchSource", "default_name", "open_path",
+]
+
+_KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))
+
+
+def _kind(name: str) -> type | None:
+    lower = name.lower()
+    for suffixes, cls in _KINDS:
+        if lower.endswith(suffixes):
+            return cls
+    return None
+
+
+def default_name(path: str | os.PathLike) -> str:
+    """A cache name for `path`: the file name without its data suffixes (`train.jsonl.gz` ->
+    `train`), or the directory's name."""
+    p = Path(path)
+    name = p.name
+    if p.is_file():
+        lower = name.lower()
+        for suffixes, _ in _KINDS:
+            for suffix in sorted(suffixes, key=len, reverse=True):
+                if lower.endswith(suffix):
+                    return name[: -len(suffix)] or name
+    return name
+
+
+def open_path(path: str | os.PathLike, name: str | None = None, **columns: Any) -> BatchSource:
+    """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
+    (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`."""
+    p = Path(path)
+    if p.is_dir():
+        kinds = {_kind(f.name) for f in p.rglob("*") if f.is_file()} - {None}
+        if len(kinds) != 1:
+            found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC or JSON Lines files"
+            raise ConfigError(f"{p}: cannot tell which source reads this directory ({found})")
+        cls = kinds.pop()
+    elif p.is_file():
+        cls = _kind(p.name)
+        if cls is None:
+            raise ConfigError(f"{p}: unknown file type; expected *{', *'.join(s for k, _ in _KINDS for s in k)}")
+    else:
+        raise ConfigError(f"{p}: no such file or directory")
+    return cls(name if name is not None else default_name(p), p, **columns)

@@ -1,0 +1,140 @@
+"""The shared shape of every source adapter: a named CacheSource that binds each input schema to its
+Columns and converts record batch after record batch.
+
+Boundary: no cache format, no processes; subclasses only say how to list their input's batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
+from datasetrt.records import CacheInput
+from datasetrt.sources.columns import BatchConverter, Columns, PayloadLayout, Where
+
+BATCH_BYTES = 8 << 20  # conversion works on record batches of about this many input bytes
+MAX_BATCH_ROWS = 65_536
+
+
+class Part:
+    """One part of an input with its own schema (a file, a dataset): its name for messages and its
+    record batches with their locations."""
+
+    def __init__(self, label: str, schema: pa.Schema, batches: Iterable[tuple[Where, pa.RecordBatch]]) -> None:
+        self.label = label
+        self.schema = schema
+        self.batches = batches
+
+
+class BatchSource:
+    """A CacheSource over record batches: subclasses implement `_parts()` (and `__len__` when cheap).
+
+    Iterating reads one record batch at a time (about `batch_bytes` of input); nothing else of the
+    input is held. The column mapping is given by keywords (see `Columns`) or as `columns=`. `payload_layout` is the typed layout of the payloads (dtype, shape) once the
+    first part's schema has been bound, or the given spec; None for byte payloads without a spec.
+    """
+
+    def __init__(self, name: str, *, payload: str | None = None, metadata: Sequence[str] | None = None,
+                 rename: Mapping[str, str] | None = None, payload_spec: Any = None,
+                 index_column: str | None = None, batch_bytes: int = BATCH_BYTES,
+                 columns: Columns | None = None) -> None:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"source name must be a str, got {type(name).__name__}")
+        if not isinstance(batch_bytes, int) or batch_bytes <= 0:
+            raise ConfigError(f"batch_bytes must be a positive int, got {batch_bytes!r}")
+        self.name = name
+        self.columns = Columns.of(columns, payload, metadata, rename, payload_spec, index_column)
+        self.batch_bytes = batch_bytes
+        self.payload_layout: PayloadLayout | None = self.columns.layout
+
+    def _parts(self) -> Iterator[Part]:
+        raise NotImplementedError
+
+    def batch_rows(self, row_bytes: float) -> int:
+        """Rows per conversion batch for rows of about `row_bytes` input bytes."""
+        return int(max(1, min(MAX_BATCH_ROWS, self.batch_bytes // max(1.0, row_bytes))))
+
+    def __iter__(self) -> Iterator[CacheInput]:
+        first: tuple[str, PayloadLayout | None] | None = None
+        for part in self._parts():
+            converter = self.columns.bind(part.schema, part.label)
+            first = self._same_layout(first, part.label, converter)
+            for where, batch in part.batches:
+                yield from converter.records(batch, where)
+
+    def _same_layout(self, first: tuple[str, PayloadLayout | None] | None, label: str,
+                     converter: BatchConverter) -> tuple[str, PayloadLayout | None]:
+        """Every part of one source must give payloads of one layout (or all bytes)."""
+        layout = converter.layout
+        if first is None:
+            self.payload_layout = layout
+            return label, layout
+        if first[1] != layout:
+            raise SourceInputError(f"{label}: payload layout {_describe(layout)} differs from {_describe(first[1])} "
+                                   f"of {first[0]}; give a payload_spec to cast them to one")
+        return first
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _describe(layout: PayloadLayout | None) -> str:
+    return "bytes" if layout is None else f"{layout.dtype.name} {layout.shape}"
+
+
+def slices(batch: pa.RecordBatch, rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(first row, zero-copy slice of at most `rows` rows) over `batch`."""
+    for start in range(0, batch.num_rows, rows):
+        yield start, batch.slice(start, rows)
+
+
+class RecordBatchSource(BatchSource):
+    """A CacheSource over Arrow data already at hand: a pyarrow Table, a RecordBatchReader, or an
+    iterable of RecordBatches/Tables sharing one schema (read once, in order; `description` names
+    it in errors). Tables are converted in slices of about `batch_bytes`. Rows are numbered from
+    `first_row` (in errors and the index column): the position of this data in a larger whole."""
+
+    def __init__(self, name: str, data: Any, *, description: str | None = None, first_row: int = 0,
+                 **columns: Any) -> None:
+        super().__init__(name, **columns)
+        self.data = data
+        self.description = description or f"Arrow data of source {name!r}"
+        self.first_row = first_row
+
+    def __len__(self) -> int:
+        if isinstance(self.data, (pa.Table, pa.RecordBatch)):
+            return self.data.num_rows
+        raise TypeError(f"{type(self.data).__name__} has no length")
+
+    def _parts(self) -> Iterator[Part]:
+        data = self.data
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            data = [data]
+        iterator = iter(data)
+        head = next(iterator, None)
+        if head is None:
+            return
+        yield Part(self.description, head.schema, self._batches(head, iterator))
+
+    def _batches(self, head: Any, rest: Iterator) -> Iterator[tuple[Where, pa.RecordBatch]]:
+        row = self.first_row
+        index = 0
+        for item in _chain(head, rest):
+            if not item.schema.equals(head.schema):
+                raise SourceInputError(f"{self.description}: record batch {index} has schema {item.schema}, "
+                                       f"which differs from the first batch's {head.schema}")
+            batches = item.to_batches() if isinstance(item, pa.Table) else [item]
+            for batch in batches:
+                rows = self.batch_rows(batch.nbytes / max(1, batch.num_rows))
+                for start, piece in slices(batch, rows):
+                    yield Where(self.description, "batch", index, row + start, start), piece
+                row += batch.num_rows
+                index += 1
+
+
+def _chain(head: Any, rest: Iterator) -> Iterator:
+    yield head
+    yield from rest

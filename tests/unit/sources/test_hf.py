@@ -1,0 +1,64 @@
+"""Hugging Face source (datasetrt/sources/hf.py) on datasets built in the test (never downloaded);
+skipped only when the `hf` extra (`datasets`) is not installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datasetrt.errors import ArgumentTypeError, SourceInputError
+from datasetrt.sources import HFDatasetSource, PayloadLayout
+
+datasets = pytest.importorskip("datasets")
+
+
+def make(n: int = 50):
+    return datasets.Dataset.from_dict({
+        "text": [f"text {i}" * (i % 4) for i in range(n)],
+        "label": [i % 5 for i in range(n)],
+        "ids": [list(range(i % 6)) for i in range(n)],
+    }, features=datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(num_classes=5),
+                                   "ids": datasets.Sequence(datasets.Value("int32"))}))
+
+
+def test_dataset_rows_in_its_order_after_shuffle_and_select():
+    ds = make().shuffle(seed=3).select(range(10, 40))
+    source = HFDatasetSource("h", ds, payload="text", metadata=["label"], batch_rows=7)
+    out = [(bytes(memoryview(d)), m) for d, m in source]
+    assert len(source) == 30
+    assert out == [(r["text"].encode(), {"label": r["label"]}) for r in ds]
+
+
+def test_sequence_feature_is_a_typed_payload():
+    ds = make(20)
+    source = HFDatasetSource("h", ds, payload="ids", metadata=["label"])
+    out = list(source)
+    assert source.payload_layout == PayloadLayout(np.dtype("int32"), (None,))
+    assert [d.tolist() for d, _ in out] == ds["ids"]
+
+
+def test_iterable_dataset():
+    ds = make(30).to_iterable_dataset(num_shards=3)
+    out = list(HFDatasetSource("it", ds, payload="text", metadata=["label"], batch_rows=4))
+    assert [bytes(memoryview(d)) for d, _ in out] == [r["text"].encode() for r in make(30)]
+
+
+def test_null_payload_names_the_row_and_wrong_objects_are_refused():
+    ds = datasets.Dataset.from_dict({"text": ["a", "b", None, "d"], "n": [1, 2, 3, 4]})
+    with pytest.raises(SourceInputError) as info:
+        list(HFDatasetSource("h", ds, payload="text", batch_rows=2))
+    assert str(info.value) == "Hugging Face dataset of source 'h': row 2: payload column 'text' (string) is null"
+    with pytest.raises(ArgumentTypeError):
+        HFDatasetSource("h", [1, 2], payload="text")
+
+
+def test_image_feature_payload_is_the_encoded_file():
+    images = [b"\x89PNG\r\n\x1a\n" + bytes([i]) * (10 + i) for i in range(3)]  # stored as given, never decoded
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in images], "label": [0, 1, 2]},
+                                    features=datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")}))
+    out = [(bytes(memoryview(d)), m) for d, m in HFDatasetSource("img", ds, payload="image")]
+    assert out == [(b, {"label": i}) for i, b in enumerate(images)]
+    by_path = datasets.Dataset.from_dict({"image": [{"bytes": None, "path": "/nowhere/x.png"}], "label": [0]},
+                                         features=ds.features)
+    with pytest.raises(SourceInputError, match=r"row 0: payload column 'image' .* has no bytes \(a file stored by path only\)"):
+        list(HFDatasetSource("img", by_path, payload="image"))
