@@ -54,6 +54,8 @@ def open_caches(reader) -> list[int]:
 
 
 def fd_targets() -> list[str]:
+    """What this process's descriptors point at (after collecting garbage that may hold some)."""
+    gc.collect()
     out = []
     for fd in os.listdir("/proc/self/fd"):
         try:
