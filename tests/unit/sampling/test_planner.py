@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
@@ -102,9 +102,17 @@ def test_ordered_ignores_weights_and_keeps_duplicates():
 # -- shuffled ---------------------------------------------------------------------------------------
 
 
+# Draw indices at and above 2**63 and at the u64 edge (a window that wraps past 2**64 - 1): the index
+# is a u64, so a 63-bit mask or a signed intermediate changes these rows, and only these.
+EDGE_STARTS = (2**63, 2**63 + 7, M64, M64 - 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=u64, counts=st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
        start=st.one_of(st.integers(0, 100), u64), first=st.integers(0, 20), count=st.integers(0, 20))
+@example(seed=7, counts=[3, 0, 4], start=2**63, first=0, count=5)
+@example(seed=M64, counts=[6, 6], start=2**63 - 2, first=1, count=6)  # crosses 2**63
+@example(seed=0, counts=[5], start=M64, first=0, count=4)  # wraps to 0
 def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, count):
     cat = catalog(counts)
     window = Window(Population(cat), True, seed, start, first + count)
@@ -117,6 +125,8 @@ def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, 
 @settings(max_examples=60, deadline=None)
 @given(seed=u64, weights=weights_st, start=st.one_of(st.integers(0, 100), u64),
        first=st.integers(0, 20), count=st.integers(0, 20))
+@example(seed=7, weights=[1.0, 2.0, 3.0], start=2**63, first=0, count=5)
+@example(seed=3, weights=[0.5, 4.0], start=M64 - 1, first=1, count=5)  # wraps to 0
 def test_shuffled_active_rows_equal_weighted_draws(seed, weights, start, first, count):
     cat = catalog()
     pop = Population(cat, active(cat, [(0, k % 3) for k in range(len(weights))], weights))
@@ -183,6 +193,21 @@ def test_advance_ordered(position, length, n, expected):
 def test_advance_shuffled_adds_and_wraps():
     assert advance(True, 10, 6, 3) == 16
     assert advance(True, M64 - 1, 5, 3) == 3
+
+
+@pytest.mark.parametrize("start", EDGE_STARTS)
+def test_draw_index_is_a_full_u64(start):
+    """Draw positions are u64 (dataset-rt's draw counter): starts at and above 2**63 read the
+    draws of that exact index, and advance keeps all 64 bits (wrapping only past 2**64 - 1)."""
+    assert advance(True, start, 5, 3) == (start + 5) % 2**64
+    cat = CacheCatalog([1, 2], [5, 4], ["a", "b"])
+    expected = [ref.gen_range(ref.draw_rng(11, (start + k) % 2**64), 9) for k in range(6)]
+    assert Window(Population(cat), True, 11, start, 6).rows(0, 6).tolist() == expected
+    w = [1.0, 3.0, 0.5, 2.0]
+    cum, scale = ref.cumulative(w)
+    pop = Population(cat, active(cat, [(0, 0), (0, 1), (1, 0), (1, 3)], w))
+    expected = [ref.weighted(ref.draw_rng(11, (start + 2 + k) % 2**64), cum, scale) for k in range(4)]
+    assert Window(pop, True, 11, start, 6).rows(2, 4).tolist() == expected
 
 
 @settings(max_examples=50, deadline=None)
