@@ -66,8 +66,7 @@ class Module:
 
 MODULES: dict[str, Module] = {
     "sampling/planner": Module("datasetrt/sampling/planner.py", (
-        "tests/unit/sampling/test_planner.py", "tests/unit/sampling/test_docs.py",
-        "tests/integration/test_sampling_modes.py")),
+        "tests/unit/sampling/test_planner.py", "tests/unit/sampling/test_docs.py")),
     "sampling/permutation": Module("datasetrt/sampling/permutation.py", (
         "tests/unit/sampling/test_permutation.py", "tests/unit/sampling/test_plans.py")),
     "sampling/mixture": Module("datasetrt/sampling/mixture.py", (
@@ -77,8 +76,8 @@ MODULES: dict[str, Module] = {
         "tests/unit/sampling/test_plans.py", "tests/unit/sampling/test_curriculum.py",
         "tests/unit/sampling/test_mixture.py")),
     "format/manifest": Module("datasetrt/format/manifest.py", (
-        "tests/integrity/test_hostile_manifest.py", "tests/integrity/test_manifest_corruption.py",
-        "tests/integrity/test_hostile_payload_spec.py", "tests/unit/format/test_manifest.py")),
+        "tests/unit/format/test_manifest.py", "tests/integrity/test_hostile_manifest.py",
+        "tests/integrity/test_manifest_corruption.py")),
     "format/reader": Module("datasetrt/format/reader.py", (
         "tests/unit/format/test_reader.py", "tests/integrity/test_file_corruption.py"),
         frozenset({"open", "index_map", "checksum_map", "read_metadata", "validate_deep", "_stat", "_stat_size"})),
