@@ -23,7 +23,7 @@ import pytest
 import datasetrt as drt
 from datasetrt.errors import DatasetRTError, WorkerCrashedError
 from tests.conftest import ListSource, sample_items, writer_config
-from tests.reliability import fd_count, live_children, reader_config, shm_entries, wait_until, write_template
+from tests.reliability import fd_count, live_children, reader_config, shm_entries, trackers, wait_until, write_template
 
 LOOPS = 30
 N_SAMPLES = 3000
@@ -49,9 +49,9 @@ def fork_rt(cache):
     rt.close()
 
 
-def baseline() -> tuple[int, int, list[str]]:
+def baseline() -> tuple[int, int, list[str], int]:
     gc.collect()
-    return fd_count(), len(live_children()), shm_entries()
+    return fd_count(), len(live_children()), shm_entries(), len(trackers())
 
 
 def settled(want) -> bool:
