@@ -5,7 +5,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+import dataclasses
+
+from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
 from tests.reference import rng048 as ref
 
@@ -219,3 +221,31 @@ def test_consecutive_windows_continue_one_stream(seed, lengths):
         parts += Window(pop, True, seed, draw, length).rows(0, length).tolist()
         draw = advance(True, draw, length, 6)
     assert parts == Window(pop, True, seed, 0, sum(lengths)).rows(0, sum(lengths)).tolist()
+
+
+# -- PlanWindow ------------------------------------------------------------------------------------
+
+
+class _Plan:
+    """A plan whose row at position p is p * 10 (positions are visible in the rows)."""
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        return np.arange(first, first + count, dtype=np.int64) * 10
+
+
+def test_plan_window_reads_plan_positions_from_its_start():
+    pop = Population(catalog())
+    window = PlanWindow(pop, _Plan(), start=7, length=20)
+    assert window.rows(0, 3).tolist() == [70, 80, 90]
+    assert window.rows(5, 2).tolist() == [120, 130]
+    sub = window.sub(4, 6)
+    assert (sub.start, sub.length, sub.population, sub.plan) == (11, 6, pop, window.plan)
+    assert sub.rows(2, 2).tolist() == window.rows(6, 2).tolist() == [130, 140]
+    assert PlanWindow(pop, _Plan(), 0, 5).sub(3, 2).rows(0, 2).tolist() == [30, 40]
+
+
+def test_windows_are_immutable():
+    pop = Population(catalog())
+    for window in (Window(pop, True, 1, 0, 5), PlanWindow(pop, _Plan(), 0, 5)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            window.start = 3
