@@ -14,8 +14,9 @@ The operator set is cosmic-ray's core set cut to the mutations a reviewer would 
 bugs (OPERATORS): every comparison flipped at its boundary or negated, each arithmetic/bit
 operator swapped for its nearest neighbours (not all ten), every number +-1, boolean and
 logical flips, `not` added/removed, exception types, loop bodies skipped, decorators removed.
-`FUNCTIONS` limits a module to the functions the score is about (None: the whole module;
-the key None inside a set means module-level statements, e.g. constants).
+`Module.functions` limits a module to the functions the score is about (None: the whole
+module; None inside the set means module-level statements, e.g. constants). Mutants inside
+annotations are not counted: with `from __future__ import annotations` they are never evaluated.
 
 Score = (killed + timeout) / (killed + timeout + survived). A timeout is a kill (the mutant
 hangs or slows the selection past `timeout`). Exit status 0 when every module reaches
@@ -109,18 +110,40 @@ def test_command(module: Module) -> str:
             + " ".join(module.tests))
 
 
-def filter_session(session: Path, module: Module) -> tuple[int, int]:
-    """Mark out-of-scope work items SKIPPED (other operators, other functions); (kept, skipped)."""
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) (line, col) of every annotation. With `from __future__ import annotations`
+    (every datasetrt module) annotations are never evaluated: mutants inside them are equivalent
+    by construction and are not counted."""
+    import ast
+
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        notes = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            notes.append(node.returns)
+            a = node.args
+            notes += [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in notes if n is not None]
+    return spans
+
+
+def filter_session(session: Path, module: Module, source: str) -> tuple[int, int]:
+    """Mark out-of-scope work items SKIPPED (other operators, other functions, annotations);
+    returns (kept, skipped)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     keep = re.compile("|".join(f"(?:{o})" for o in OPERATORS))
+    notes = annotation_spans(source) if "from __future__ import annotations" in source else []
     kept = skipped = 0
     with use_db(str(session), WorkDB.Mode.open) as db:
         drop = []
         for item in db.pending_work_items:
             m = item.mutations[0]
             in_scope = module.functions is None or m.definition_name in module.functions
+            in_scope &= not any(a <= tuple(m.start_pos) < b for a, b in notes)
             if keep.match(m.operator_name) and in_scope:
                 kept += 1
             else:
@@ -184,7 +207,7 @@ def run_module(name: str, module: Module, workdir: Path, show_survivors: bool) -
     baseline_s = time.monotonic() - started
     if fresh:
         subprocess.run([*cr, "init", str(config), str(session)], cwd=tree, env=env, check=True, capture_output=True)
-        kept, skipped = filter_session(session, module)
+        kept, skipped = filter_session(session, module, (tree / module.path).read_text())
         print(f"{name}: {kept} mutants in scope ({skipped} skipped by operator/function), "
               f"baseline {baseline_s:.0f} s", flush=True)
     subprocess.run([*cr, "exec", str(config), str(session)], cwd=tree, env=env, check=True)

@@ -244,8 +244,12 @@ def test_plan_window_reads_plan_positions_from_its_start():
     assert PlanWindow(pop, _Plan(), 0, 5).sub(3, 2).rows(0, 2).tolist() == [30, 40]
 
 
-def test_windows_are_immutable():
-    pop = Population(catalog())
+def test_windows_and_active_rows_are_immutable():
+    """Windows and active rows are shared by iterators, threads and workers: frozen."""
+    cat = catalog()
+    pop = Population(cat)
     for window in (Window(pop, True, 1, 0, 5), PlanWindow(pop, _Plan(), 0, 5)):
         with pytest.raises(dataclasses.FrozenInstanceError):
             window.start = 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        active(cat, [(0, 0)], [1.0]).weights = None
