@@ -153,6 +153,15 @@ def test_ratio_may_be_an_integer():
     assert parse(d).shards[0].ratio == 2.0
 
 
+def test_ratio_and_compression_default_as_dataset_rt_s():
+    """`ratio` defaults to 1.0 (ShardCompression's default), a missing `compression` to none/1.0."""
+    d = doc()
+    del d["shards"][0]["compression"]["ratio"]
+    del d["shards"][1]["compression"]
+    shards = parse(d).shards
+    assert (shards[0].algo, shards[0].ratio) == ("zstd", 1.0) and (shards[1].algo, shards[1].ratio) == ("none", 1.0)
+
+
 @pytest.mark.parametrize("schema, fragments", [
     ([{"name": "a", "kind": "int"}, {"name": "a", "kind": "float"}], ["duplicate metadata column `a`"]),
     ([{"name": "a", "kind": "bytes"}], ["unknown variant `bytes`", "in metadata_schema[0]"]),
@@ -206,6 +215,8 @@ def test_payload_spec():
     (b'{"format_version": 3,', "EOF while parsing an object at line 1 column 21"),
     (b'{"a": [1, 2', "EOF while parsing a list"),
     (b'{"a": "x', "EOF while parsing a string"),
+    (b'{"a": "x\\"', "EOF while parsing a string"),  # an escaped quote does not end the string
+    (b'{\n  "a": 1,', "EOF while parsing an object at line 2 column 9"),  # the column counts from the last newline
     (b"", "EOF while parsing a value at line 1 column 0"),
     (b'{"a": 1}}', "syntax error"),
     (b"[" * 100_000, "JSON error"),
@@ -230,3 +241,22 @@ def test_read_manifest_errors(tmp_path):
     (tmp_path / "ok").mkdir()
     (tmp_path / "ok" / "manifest.json").write_text(manifest().to_json())
     assert read_manifest(tmp_path / "ok") == manifest()
+
+
+def test_an_unreadable_manifest_is_an_io_error_naming_it(tmp_path):
+    """Any OSError but absent/not-a-directory/is-a-directory (here ELOOP) is CacheIOError with errno + path."""
+    from datasetrt.errors import CacheIOError
+
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "manifest.json").symlink_to(tmp_path / "loop" / "manifest.json")
+    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error 40\\): {tmp_path / 'loop' / 'manifest.json'}"):
+        read_manifest(tmp_path / "loop")
+
+
+def test_dictionary_id_may_be_the_largest_u32():
+    """zstd dictionary ids are u32: 2**32 - 1 is a valid id (2**32 is refused: tests/unit/format/test_dictionary.py)."""
+    from datasetrt.format.manifest import DictionaryFile
+
+    d = doc(shards=(ShardEntry("000000.bin", 10, 10, "zstd_dict", 1.0, SHA, level=3),),
+            dictionary=DictionaryFile("dictionary.zstd", 2**32 - 1, 4096, SHA))
+    assert parse(d).dictionary.dict_id == 2**32 - 1

@@ -272,6 +272,18 @@ def test_population_columns_rebuild_the_same_plan():
     assert again.cumulative()[1] == params["scale"]
 
 
+def test_a_one_row_active_population_rebuilt_from_its_columns_draws_that_row():
+    """One active row (a torch worker's table filtered to one sample): its `cum` column is only the
+    padding entry, which the rebuilt population must drop, and every weighted draw is row 0."""
+    cat = catalog((3, 0, 4))
+    pop = Population(cat, active(cat, [(2, 1)], [0.5]))
+    again = Population.from_columns(cat, *pop.columns())
+    assert len(again.cumulative()[0]) == 0
+    for p in (pop, again):
+        pos, sid = p.resolve(Window(p, True, 5, 2**64 - 3, 6).rows(0, 6))
+        assert pos.tolist() == [2] * 6 and sid.tolist() == [1] * 6
+
+
 # -- PlanWindow ------------------------------------------------------------------------------------
 
 
