@@ -200,6 +200,8 @@ def test_default_limit_is_half_of_physical_or_cgroup():
     ("536870912\n", None, 512 << 20),
     (None, "268435456\n", 256 << 20),
     (None, "9223372036854771712\n", None),  # v1 "unlimited"
+    (None, f"{1 << 60}\n", None),  # 1 EiB and above count as unlimited (memory._read_limit)
+    (None, f"{(1 << 60) - 4096}\n", (1 << 60) - 4096),
     (None, None, None),
 ])
 def test_cgroup_limit_files(tmp_path, monkeypatch, v2, v1, expected):

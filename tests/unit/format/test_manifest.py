@@ -253,10 +253,13 @@ def test_an_unreadable_manifest_is_an_io_error_naming_it(tmp_path):
         read_manifest(tmp_path / "loop")
 
 
-def test_dictionary_id_may_be_the_largest_u32():
-    """zstd dictionary ids are u32: 2**32 - 1 is a valid id (2**32 is refused: tests/unit/format/test_dictionary.py)."""
+def test_dictionary_id_and_size_at_their_limits_are_accepted():
+    """zstd dictionary ids are u32 (2**32 - 1 is valid) and a size is 1..DICT_MAX_BYTES; the values
+    just outside are refused in tests/unit/format/test_dictionary.py."""
+    from datasetrt.codecs import DICT_MAX_BYTES
     from datasetrt.format.manifest import DictionaryFile
 
-    d = doc(shards=(ShardEntry("000000.bin", 10, 10, "zstd_dict", 1.0, SHA, level=3),),
-            dictionary=DictionaryFile("dictionary.zstd", 2**32 - 1, 4096, SHA))
-    assert parse(d).dictionary.dict_id == 2**32 - 1
+    shards = (ShardEntry("000000.bin", 10, 10, "zstd_dict", 1.0, SHA, level=3),)
+    for dict_id, byte_len in [(2**32 - 1, 1), (1, DICT_MAX_BYTES)]:
+        d = doc(shards=shards, dictionary=DictionaryFile("dictionary.zstd", dict_id, byte_len, SHA))
+        assert parse(d).dictionary == DictionaryFile("dictionary.zstd", dict_id, byte_len, SHA)
