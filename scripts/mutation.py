@@ -120,6 +120,13 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "inside `if version >= 3`, `version >= 2` is as true as `version >= 3`"),
         Equivalent("parse_manifest", "ReplaceComparisonOperator_GtE_LtE", "required=version <= 3) if version >= 3",
                    "inside `if version >= 3` the version is 3 (SUPPORTED_FORMAT_VERSIONS is (2, 3)), and 3 <= 3"),
+        Equivalent("_jsonable", "ReplaceFalseWithTrue", "return True",
+                   "unreachable: `_bad` only shows values json.loads produced, which json.dumps always "
+                   "serialises, so `_jsonable` never takes its except branch"),
+        Equivalent("_jsonable", "ExceptionReplacer", "except (",
+                   "the except branch is unreachable (see the `return True` mutant)"),
+        Equivalent("_bad", "NumberReplacer", "repr(value)[:",
+                   "the repr branch runs only when `_jsonable` is False, which never happens (see `_jsonable`)"),
     ),
 }
 

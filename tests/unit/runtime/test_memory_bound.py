@@ -108,3 +108,36 @@ def test_ring_pages_are_reserved_at_creation():
     finally:
         ring_map.close()
         os.close(fd)
+
+
+def _cgroup_tree(tmp_path, files: dict[str, str]) -> Path:
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("lines, files, expected", [
+    # a non-memory v1 controller line first is skipped; the v2 limit of an ancestor is the tightest
+    (["3:cpu,cpuacct:/job", "4:memory:/job/step", "0::/user/job"],
+     {"memory/job/step/memory.limit_in_bytes": f"{300 * MiB}\n", "memory/memory.limit_in_bytes": f"{1 << 62}\n",
+      "user/job/memory.max": f"{100 * MiB}\n", "user/memory.max": f"{50 * MiB}\n", "memory.max": "max\n"},
+     50 * MiB),
+    # a v1 memory controller listed with others, limited two levels up from the process's group
+    (["0::/", "5:cpu,memory:/a/b/c"],
+     {"memory/a/memory.limit_in_bytes": f"{64 * MiB}\n", "memory/a/b/c/memory.limit_in_bytes": f"{1 << 62}\n"},
+     64 * MiB),
+    (["0::/user/job"], {"user/job/memory.max": "max\n", "user/memory.max": "max\n"}, None),
+])
+def test_cgroup_limit_is_the_tightest_on_the_process_group_and_its_ancestors(tmp_path, monkeypatch, lines, files,
+                                                                              expected):
+    """A container's limit sits on an ancestor of the process's own cgroup (docs/memory-guide.md):
+    every level of the v2 and v1 memory hierarchies named in /proc/self/cgroup counts."""
+    from datasetrt.runtime import memory
+
+    monkeypatch.setattr(memory, "CGROUP_V2_MAX", tmp_path / "absent-v2")  # not the host's mount root
+    monkeypatch.setattr(memory, "CGROUP_V1_LIMIT", tmp_path / "absent-v1")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("\n".join(lines) + "\n")
+    assert memory.cgroup_limit_bytes(proc, _cgroup_tree(tmp_path, files)) == expected
