@@ -115,6 +115,11 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("from_columns", "NumberReplacer", "max(len(columns[\"cum\"]) - 1, -1)",
                    "differs only for an empty `cum` column, and any slice of an empty array is empty"),
     ),
+    "format/reader": (
+        Equivalent("read_metadata", "ReplaceBinaryOperator_Mul_Div", "def read_metadata(self, /, validating",
+                   "`*` -> `/` only loosens the signature (`validating` may also be passed by position); "
+                   "every caller passes it by keyword"),
+    ),
     "format/manifest": (
         Equivalent("parse_manifest", "NumberReplacer", "required=version >= 2) if version >= 3",
                    "inside `if version >= 3`, `version >= 2` is as true as `version >= 3`"),

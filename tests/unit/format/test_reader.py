@@ -137,7 +137,10 @@ def test_row_count_and_hash(cache):
     (b"ARROW1\0\0", ArrowFormatError, "does not contain correct footer"),
     (b"ARROW1" + b"\0" * 6 + (1000).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1000"),
     (b"ARROW1" + b"\0" * 6 + (0).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 0"),
-], ids=["empty", "no-trailing-magic", "footer-too-long", "footer-zero"])
+    # 18 bytes is the smallest file with both magics and a footer length: framed, the length is implausible
+    (b"ARROW1" + b"\0" * 2 + (1).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1"),
+    (b"ARROW1" + b"\0" + (1).to_bytes(4, "little") + b"ARROW1", ArrowFormatError, "does not contain correct footer"),
+], ids=["empty", "no-trailing-magic", "footer-too-long", "footer-zero", "18-bytes", "17-bytes"])
 def test_framing(cache, data, cls, message):
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(cls, match=message):
