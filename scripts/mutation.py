@@ -115,6 +115,11 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("from_columns", "NumberReplacer", "max(len(columns[\"cum\"]) - 1, -1)",
                    "differs only for an empty `cum` column, and any slice of an empty array is empty"),
     ),
+    "runtime/memory": (
+        Equivalent("cgroup_limit_bytes", "ReplaceAndWithOr", 'if hierarchy == "0" or controllers == ""',
+                   "the kernel writes an empty controller list only on the v2 line, and hierarchy id 0 only "
+                   "there (cgroups(7)): no /proc/self/cgroup line has one without the other"),
+    ),
     "format/reader": (
         Equivalent("read_metadata", "ReplaceBinaryOperator_Mul_Div", "def read_metadata(self, /, validating",
                    "`*` -> `/` only loosens the signature (`validating` may also be passed by position); "
