@@ -129,6 +129,10 @@ def _cgroup_tree(tmp_path, files: dict[str, str]) -> Path:
      {"memory/a/memory.limit_in_bytes": f"{64 * MiB}\n", "memory/a/b/c/memory.limit_in_bytes": f"{1 << 62}\n"},
      64 * MiB),
     (["0::/user/job"], {"user/job/memory.max": "max\n", "user/memory.max": "max\n"}, None),
+    # unreadable or garbled limit files are no limit, not an error
+    (["0::/user/job", "7:memory:/job"], {"user/job/memory.max": "12x\n", "user/memory.max": "\n",
+                                         "memory/job/memory.limit_in_bytes": "-\n"}, None),
+    (None, {}, None),  # no /proc/self/cgroup at all (not Linux-like): unknown
 ])
 def test_cgroup_limit_is_the_tightest_on_the_process_group_and_its_ancestors(tmp_path, monkeypatch, lines, files,
                                                                               expected):
@@ -139,5 +143,14 @@ def test_cgroup_limit_is_the_tightest_on_the_process_group_and_its_ancestors(tmp
     monkeypatch.setattr(memory, "CGROUP_V2_MAX", tmp_path / "absent-v2")  # not the host's mount root
     monkeypatch.setattr(memory, "CGROUP_V1_LIMIT", tmp_path / "absent-v1")
     proc = tmp_path / "proc-self-cgroup"
-    proc.write_text("\n".join(lines) + "\n")
+    if lines is not None:
+        proc.write_text("\n".join(lines) + "\n")
     assert memory.cgroup_limit_bytes(proc, _cgroup_tree(tmp_path, files)) == expected
+
+
+def test_default_limit_is_whole_bytes_half_of_what_is_available(monkeypatch):
+    from datasetrt.runtime import memory
+
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: (1 << 33) + 1)
+    limit = memory.default_memory_limit_bytes()
+    assert limit == 1 << 32 and type(limit) is int
