@@ -121,6 +121,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "there (cgroups(7)): no /proc/self/cgroup line has one without the other"),
     ),
     "format/reader": (
+        Equivalent("open", "ReplaceBinaryOperator_FloorDiv_Div", "if index_size / INDEX_ROW_BYTES != manifest.sample_count",
+                   "the line above refuses a size that is not a multiple of 24, so the float quotient is exact "
+                   "(up to 2^53 rows: an index of 216 PB)"),
         Equivalent("read_metadata", "ReplaceBinaryOperator_Mul_Div", "def read_metadata(self, /, validating",
                    "`*` -> `/` only loosens the signature (`validating` may also be passed by position); "
                    "every caller passes it by keyword"),

@@ -84,6 +84,15 @@ def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
         "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes")
 
 
+def test_a_bound_cannot_change_after_it_is_checked():
+    import dataclasses
+
+    bound = MemoryBound(4, MiB, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bound.ring_slots = 400
+    assert bound.total == 7 * MiB
+
+
 def test_resource_limit_error_is_a_memory_error():
     """Documented: a refused bound is a ResourceLimitError, which is also the builtin MemoryError
     (and a DatasetRTError), so `except MemoryError` written for dataset-rt catches it."""
