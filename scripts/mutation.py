@@ -120,6 +120,11 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "the kernel writes an empty controller list only on the v2 line, and hierarchy id 0 only "
                    "there (cgroups(7)): no /proc/self/cgroup line has one without the other"),
     ),
+    "table/metadata": (
+        Equivalent("validate_update", "ReplaceFalseWithTrue", "astype(np.uint64, copy=True)",
+                   "copying only costs memory: the identity arrays are read, never written, and the returned "
+                   "`sample_id` is copied anyway"),
+    ),
     "format/reader": (
         Equivalent("open", "ReplaceBinaryOperator_FloorDiv_Div", "if index_size / INDEX_ROW_BYTES != manifest.sample_count",
                    "the line above refuses a size that is not a multiple of 24, so the float quotient is exact "

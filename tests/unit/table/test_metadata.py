@@ -246,6 +246,10 @@ def test_precedence_row_by_row():
           "samples metadata column 'sample_id' must be an integer")
     fails(base.with_columns(at("cache_id", 0, None, pl.UInt64), pl.col("weight").cast(pl.String)),
           "samples metadata column 'cache_id' contains null")
+    fails(base.with_columns(at("sample_id", 1, None, pl.UInt64), pl.col("weight").cast(pl.String)),
+          "samples metadata column 'weight' must be numeric")  # row 0's dtype fault before row 1's null
+    fails(base.with_columns(at("cache_id", 0, 7, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
+          "samples metadata column 'sample_id' must be an integer")  # before row 0's identity lookup
     # within a row: cache_id, sample_id, weight, then the identity lookup
     fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
           "samples metadata column 'weight' contains null")
