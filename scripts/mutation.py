@@ -121,6 +121,8 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "there (cgroups(7)): no /proc/self/cgroup line has one without the other"),
     ),
     "table/metadata": (
+        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]",
+                   "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
         Equivalent("validate_update", "ReplaceFalseWithTrue", "astype(np.uint64, copy=True)",
                    "copying only costs memory: the identity arrays are read, never written, and the returned "
                    "`sample_id` is copied anyway"),

@@ -250,6 +250,11 @@ def test_precedence_row_by_row():
           "samples metadata column 'weight' must be numeric")  # row 0's dtype fault before row 1's null
     fails(base.with_columns(at("cache_id", 0, 7, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
           "samples metadata column 'sample_id' must be an integer")  # before row 0's identity lookup
+    fails(base.with_columns(pl.col("sample_id").cast(pl.Float64)).with_columns(at("sample_id", 1, None, pl.Float64)),
+          "samples metadata column 'sample_id' must be an integer")  # only a null in row 0 reports null
+    # a negative identity fails at its own row (sample_id 0 in row 0 is valid), after an earlier null
+    fails(i64.with_columns(at("sample_id", 3, -1, pl.Int64)).with_columns(at("cache_id", 2, None, pl.Int64)),
+          "samples metadata column 'cache_id' contains null")
     # within a row: cache_id, sample_id, weight, then the identity lookup
     fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
           "samples metadata column 'weight' contains null")
