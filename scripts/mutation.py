@@ -119,6 +119,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("cgroup_limit_bytes", "ReplaceAndWithOr", 'if hierarchy == "0" or controllers == ""',
                    "the kernel writes an empty controller list only on the v2 line, and hierarchy id 0 only "
                    "there (cgroups(7)): no /proc/self/cgroup line has one without the other"),
+        Equivalent("cgroup_limit_bytes", "ReplaceOrWithAnd", "if node == base and base not in node.parents",
+                   "`node` starts as `base` joined with a relative path and walks up its own parents, so it reaches "
+                   "`base` before it could leave it: `base not in node.parents` is true only when node == base"),
     ),
     "table/metadata": (
         Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]",

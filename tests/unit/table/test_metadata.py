@@ -188,6 +188,8 @@ def test_weight_reports_first_bad_row():
     fails(physical().with_columns(pl.col("weight").cast(pl.Float32)).with_columns(at("weight", 5, float("inf"), pl.Float32)),
           bad_weight(5, float("inf")))
     fails(physical().with_columns(pl.lit(-2.0).alias("weight")), bad_weight(0, -2.0, more=8))
+    three = physical().with_columns(at("weight", 1, 0.0)).with_columns(at("weight", 4, -1.0)).with_columns(at("weight", 8, 0.0))
+    fails(three, bad_weight(1, 0.0, more=2))  # "; 2 more rows too": plural from two on
 
 
 def test_tiny_and_huge_weights_accepted():
