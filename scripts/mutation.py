@@ -130,6 +130,11 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "copying only costs memory: the identity arrays are read, never written, and the returned "
                    "`sample_id` is copied anyway"),
     ),
+    "runtime/run": (
+        Equivalent("_inline_chunk", "NumberReplacer", "out=np.empty( 1, dtype=np.uint8)",
+                   "the starting size of a gather buffer that grows until the record fits (LocalReader.read_chunk): "
+                   "the chunk's bytes and offsets are the same"),
+    ),
     "format/reader": (
         Equivalent("open", "ReplaceBinaryOperator_FloorDiv_Div", "if index_size / INDEX_ROW_BYTES != manifest.sample_count",
                    "the line above refuses a size that is not a multiple of 24, so the float quotient is exact "
