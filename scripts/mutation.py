@@ -131,6 +131,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "`sample_id` is copied anyway"),
     ),
     "runtime/run": (
+        Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
+                   "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
+                   "below `largest` (which starts at 0), so the max() ignores either"),
         Equivalent("_inline_chunk", "NumberReplacer", "out=np.empty( 1, dtype=np.uint8)",
                    "the starting size of a gather buffer that grows until the record fits (LocalReader.read_chunk): "
                    "the chunk's bytes and offsets are the same"),
