@@ -67,12 +67,14 @@ class CacheIdentity:
 @dataclass(frozen=True)
 class PopulationExport:
     """A population as another process rebuilds it (`CachedDataset.import_population`):
-    `columns`, named 1-D numpy arrays of one entry per population row, and `params`, a few named
-    floats. Only their producer and consumer (dataset.py) know the names; a carrier (the torch
+    `columns`, named 1-D numpy arrays of one entry per population row, `params`, a few named
+    floats, and `mixture`, an opaque picklable value (the mixture set over the rows, or None).
+    Only their producer and consumer (dataset.py) know the names; a carrier (the torch
     population snapshot) stores and maps them as they are."""
 
     columns: dict[str, np.ndarray]
     params: dict[str, float]
+    mixture: Any = None  # the population's `Mixture` (picklable), or None
 
     @property
     def rows(self) -> int:
