@@ -5,7 +5,7 @@ assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reac
 two `to_torch_*` methods' lazy forwarding). This module wires open caches, the Polars table, the
 planner and the readers together and owns the dataset-level sampling state: `cursor` (ordered
 mode) and `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan position of an
-exactly-once order or a mixture), both reserved at an iterator's first `next()`, and `epoch_len`
+exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`, and `epoch_len`
 (None = the population size, or the positions of one epoch of the plan).
 
 Read path: `reserve_window()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
@@ -63,6 +63,7 @@ from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan
 from datasetrt.sampling.mixture import Mixture, StreamRows
 from datasetrt.sampling.permutation import EpochPermutation
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, RowPlan, Window, advance
@@ -167,8 +168,8 @@ class CachedDataset:
 
     def _epoch_positions(self, population: Population) -> int:
         """Positions of one epoch over `population`: its rows (dataset-rt's orders), the repeat
-        counts' sum (exactly-once order), the streams' epochs together (a mixture; at most the
-        plan's length when it stops)."""
+        counts' sum (exactly-once order), the streams' epochs together (a mixture or curriculum;
+        at most the plan's length when it stops)."""
         plan = self._plan(population, self._seed) if self.reader_config.shuffle else None
         if plan is None:
             return len(population)
@@ -202,12 +203,14 @@ class CachedDataset:
         return Window(population, shuffle, seed, start, length)
 
     def _plan(self, population: Population, seed: int) -> RowPlan | None:
-        """The position plan of shuffled windows over `population` under `seed`: its mixture's
-        `MixturePlan`, else with sampling="permutation" an `EpochPermutation` (integer weights as
-        repeat counts), else None (dataset-rt's draws, `Window`). Built once per population and
-        seed (O(rows) at most), kept by the population."""
-        if population.mixture is not None:
-            return population.plan(("mixture", seed), lambda: MixturePlan(population.mixture, population.streams, seed))
+        """The position plan of shuffled windows over `population` under `seed`: its stream
+        order's (`MixturePlan`, `CurriculumPlan`), else with sampling="permutation" an
+        `EpochPermutation` (integer weights as repeat counts), else None (dataset-rt's draws,
+        `Window`). Built once per population and seed (O(rows) at most), kept by the population."""
+        order = population.order
+        if order is not None:
+            planner = CurriculumPlan if isinstance(order, Curriculum) else MixturePlan
+            return population.plan(("streams", seed), lambda: planner(order, population.streams, seed))
         if self.reader_config.sampling != "permutation" or not len(population):
             return None
         return population.plan(("permutation", seed), lambda: self._permutation(population, seed))
@@ -226,7 +229,7 @@ class CachedDataset:
 
     def _next_window(self) -> Window | PlanWindow:
         """The window at the cursor (ordered) or draw offset (shuffled); call under the lock. A
-        window of a plan that ends (a mixture with on_exhausted="stop") stops at its end."""
+        window of a plan that ends (on_exhausted="stop") stops at its end."""
         start = self._draw_offset if self.reader_config.shuffle else self._cursor
         window = self._window(self._population, start, len(self))
         end = getattr(getattr(window, "plan", None), "length", None)  # None: unbounded (or no plan)
@@ -261,7 +264,7 @@ class CachedDataset:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
         loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
-        running sums, an exactly-once order's or a mixture's plan) now, once per population, so
+        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per population, so
         processes forked afterwards share them."""
         population = self._population if population is None else population
         window = self._window(population, start, length, shuffle, seed)
@@ -282,31 +285,31 @@ class CachedDataset:
         """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
         `plan_window`. With `source` (the population they were selected from) and `selection`
         (int64: their rows in `source`, in order; None: all of them), the new population keeps
-        `source`'s mixture, its streams regrouped to the selection (`EmptyStreamError` if a
-        stream has no row left)."""
+        `source`'s mixture or curriculum, its streams regrouped to the selection
+        (`EmptyStreamError` if a stream has no row left)."""
         population = Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
-        if source is None or source.mixture is None:
+        if source is None or source.order is None:
             return population
         index = source.streams.index(len(source))
         if selection is not None:
             index = index[selection]
-        return population.with_mixture(source.mixture, StreamRows.from_index(source.mixture.names, index, weights))
+        return population.with_order(source.order, StreamRows.from_index(tuple(source.order.streams), index, weights))
 
     def export_population(self, population: Population) -> PopulationExport | None:
         """`population` as `import_population` rebuilds it in another process; None for the
         physical population of dataset-rt's orders (nothing to ship). An exactly-once order or a
-        mixture adds the rows' weights (repeat counts); a mixture travels as its configuration
-        and one int16 stream column (never regrouped from the table)."""
+        mixture or curriculum adds the rows' weights (repeat counts); a mixture or curriculum
+        travels as its configuration and one int16 stream column (never regrouped from the table)."""
         described = population.columns()
-        mixture = population.mixture
-        if mixture is None and self.reader_config.sampling != "permutation":
+        order = population.order
+        if order is None and self.reader_config.sampling != "permutation":
             return None if described is None else PopulationExport(*described)
         columns, params = described if described is not None else ({}, {})
         if population.active is not None and population.active.weights is not None:
             columns = {**columns, "weights": population.active.weights}
-        if mixture is not None:
+        if order is not None:
             columns = {**columns, "stream": population.streams.index(len(population))}
-        return PopulationExport(columns, params, mixture) if columns else None
+        return PopulationExport(columns, params, order) if columns else None
 
     def import_population(self, export: PopulationExport | None) -> Population:
         """The population `export_population` exported (its arrays used as they are)."""
@@ -314,24 +317,29 @@ class CachedDataset:
             return Population(self._catalog)
         columns = export.columns
         population = Population.from_columns(self._catalog, columns if "cache_pos" in columns else None, export.params)
-        mixture = export.mixture
-        if mixture is None:
+        order = export.order
+        if order is None:
             return population
         weights = None if population.active is None else population.active.weights
-        return population.with_mixture(mixture, StreamRows.from_index(mixture.names, columns["stream"], weights))
+        return population.with_order(order, StreamRows.from_index(tuple(order.streams), columns["stream"], weights))
 
     def order_identity(self, population: Population | None = None) -> str:
         """What orders `population`'s (default: the current one's) shuffled windows, for resume
-        states: "draws" (dataset-rt's), "permutation", or "mixture:" and a BLAKE2b digest of the
-        mixture (streams, their rows and weights, proportions, options)."""
+        states: "draws" (dataset-rt's), "permutation", or "mixture:" / "curriculum:" and a BLAKE2b
+        digest of the configuration (streams, their rows and weights, proportions, options, stages)."""
         population = self._population if population is None else population
-        mixture = population.mixture
-        if mixture is None:
+        order = population.order
+        if order is None:
             return self.reader_config.sampling
-        h = hashlib.blake2b(repr(mixture).encode(), digest_size=16)
-        for name in mixture.names:
-            h.update(f"|{name}|{mixture.streams[name].describe()}|{population.streams.digest(name)}".encode())
-        return f"mixture:{h.hexdigest()}"
+        if isinstance(order, Curriculum):
+            kind, parts = "curriculum", [f"{order!r}", *(f"{name}:{stage.mixture!r}:{order.samples(i)}"
+                                                          for i, (name, stage) in enumerate(zip(order.names, order.stages)))]
+        else:
+            kind, parts = "mixture", [repr(order)]
+        h = hashlib.blake2b("|".join(parts).encode(), digest_size=16)
+        for name, stream in order.streams.items():
+            h.update(f"|{name}|{stream.describe()}|{population.streams.digest(name)}".encode())
+        return f"{kind}:{h.hexdigest()}"
 
     def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
                     in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
@@ -501,7 +509,7 @@ class CachedDataset:
         if not isinstance(df, pl.DataFrame):
             raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
         active: ActiveRows = validate_update(df, self._catalog, self._schema)
-        population = self._ordered(Population(self._catalog, active, table=df), self._population.mixture)
+        population = self._ordered(Population(self._catalog, active, table=df), self._population.order)
         with self._lock:
             self._population = population
             self._active_frame = df
@@ -515,37 +523,55 @@ class CachedDataset:
 
     @property
     def mixture(self) -> Mixture | None:
-        """The mixture set by `set_mixture` (None: the reader config's order)."""
-        return self._population.mixture
+        """The mixture set by `set_mixture` (None: none is set)."""
+        order = self._population.order
+        return order if isinstance(order, Mixture) else None
+
+    @property
+    def curriculum(self) -> Curriculum | None:
+        """The curriculum set by `set_curriculum` (None: none is set)."""
+        order = self._population.order
+        return order if isinstance(order, Curriculum) else None
 
     def set_mixture(self, mixture: Mixture | None) -> None:
-        """Read the active rows as `mixture`'s streams (docs/sampling.md, "Mixtures"), or with
-        None as the reader config's order again. The streams are grouped from the active table
-        now, once (and again by each `update_metadata`, which keeps the mixture); the plan is
-        seeded with the reader config's seed. Resets len() and the positions, as
-        `update_metadata` does. Needs shuffle=True. On any error (`SamplingConfigError`,
-        `UnknownStreamError`, `EmptyStreamError`, `RepeatCountError`) nothing changes."""
-        if mixture is not None and not isinstance(mixture, Mixture):
-            raise ArgumentTypeError(f"set_mixture expects a datasetrt.Mixture or None, got {type(mixture).__name__}")
-        if mixture is not None and not self.reader_config.shuffle:
-            raise ConfigError("a mixture is a shuffled order: set_mixture needs ReaderConfig(shuffle=True)")
-        population = self._ordered(self._population.with_mixture(None, None), mixture)
+        """Read the active rows as `mixture`'s streams (docs/sampling.md, "Reading a dataset"),
+        or with None in the reader config's order again. The streams are grouped from the active
+        table now, once (and again by each `update_metadata`, which keeps the mixture); the plan
+        is seeded with the reader config's seed. Replaces a curriculum. Resets len() and the
+        positions, as `update_metadata` does. Needs shuffle=True. On any error
+        (`SamplingConfigError`, `UnknownStreamError`, `EmptyStreamError`, `RepeatCountError`)
+        nothing changes."""
+        self._set_order(mixture, Mixture, "set_mixture")
+
+    def set_curriculum(self, curriculum: Curriculum | None) -> None:
+        """Read the active rows as `curriculum`'s stages (docs/sampling.md, "Reading a dataset"):
+        stage changes at the curriculum's sample counts from plan position 0; otherwise as
+        `set_mixture` (replaces a mixture). The dataset has no `advance()`: a curriculum read
+        through a dataset follows its stage lengths."""
+        self._set_order(curriculum, Curriculum, "set_curriculum")
+
+    def _set_order(self, order: Mixture | Curriculum | None, kind: type, method: str) -> None:
+        if order is not None and not isinstance(order, kind):
+            raise ArgumentTypeError(f"{method} expects a datasetrt.{kind.__name__} or None, got {type(order).__name__}")
+        if order is not None and not self.reader_config.shuffle:
+            raise ConfigError(f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)")
+        population = self._ordered(self._population.with_order(None, None), order)
         with self._lock:
             self._population = population
             self._epoch_len = None
             self._cursor = 0
             self._draw_offset = 0
 
-    def _ordered(self, population: Population, mixture: Mixture | None) -> Population:
-        """`population` with `mixture`'s streams grouped from its table (Polars, once), and its
-        plan under the dataset's seed built now, so that a bad table or mixture is refused before
-        anything changes (repeat counts of an exactly-once order included)."""
-        if mixture is not None:
+    def _ordered(self, population: Population, order: Mixture | Curriculum | None) -> Population:
+        """`population` with `order`'s streams grouped from its table (Polars, once), and its
+        plan under the dataset's seed built now, so that a bad table or configuration is refused
+        before anything changes (repeat counts of an exactly-once order included)."""
+        if order is not None:
             from datasetrt.table.streams import group_streams  # lazily: imports Polars
 
             frame = population.table if population.table is not None else self._physical()
             caches = {str(path): int(cid) for path, cid in zip(self.cache_paths, self._catalog.cache_ids.tolist())}
-            population = population.with_mixture(mixture, group_streams(frame, mixture.streams, caches))
+            population = population.with_order(order, group_streams(frame, order.streams, caches))
         if self.reader_config.shuffle:
             self._plan(population, self._seed)
         return population

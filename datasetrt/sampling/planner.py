@@ -48,27 +48,28 @@ class Population:
     `cum`/`scale` may be given precomputed (`from_columns`: a spawned torch DataLoader worker maps
     them from its population snapshot). `table` is opaque here: the table
     this population was validated from (batch metadata reads its rows), or None for the physical
-    population. `mixture` and `streams` (a `Mixture` and the `StreamRows` of these rows, or None)
-    are the mixture the dataset set over these rows (`CachedDataset.set_mixture`). `plan(key,
+    population. `order` and `streams` (a `Mixture` or `Curriculum` and the `StreamRows` of these
+    rows, or None) are the stream order the dataset set over these rows
+    (`CachedDataset.set_mixture`, `set_curriculum`). `plan(key,
     build)` keeps the position plans built over this population (one per order and seed), so an
     O(rows) plan table is computed once per population, before DataLoader workers fork.
     """
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
                  cum: np.ndarray | None = None, scale: float = 0.0, table: object = None,
-                 mixture: object = None, streams: object = None) -> None:
+                 order: object = None, streams: object = None) -> None:
         self.catalog = catalog
         self.active = active
         self.table = table
-        self.mixture = mixture
+        self.order = order
         self.streams = streams
         self._cum = cum
         self._scale = scale
         self._plans: dict[object, object] = {}
 
-    def with_mixture(self, mixture: object, streams: object) -> Population:
-        """These rows (and their table and weighted sampler sums) with another mixture (None: none)."""
-        return Population(self.catalog, self.active, self._cum, self._scale, self.table, mixture, streams)
+    def with_order(self, order: object, streams: object) -> Population:
+        """These rows (and their table and weighted sampler sums) with another stream order (None: none)."""
+        return Population(self.catalog, self.active, self._cum, self._scale, self.table, order, streams)
 
     def plan(self, key: object, build: Callable[[], object]) -> object:
         """The plan `build()` made for `key` over this population (built at the first call)."""

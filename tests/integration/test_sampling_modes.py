@@ -1,5 +1,6 @@
-"""Sampling modes at the dataset level: ReaderConfig(sampling="permutation") and set_mixture drive
-what iter(ds) and iter_batches read, in-process and through reader worker processes."""
+"""Sampling modes at the dataset level: ReaderConfig(sampling="permutation"), set_mixture and
+set_curriculum drive what iter(ds) and iter_batches read, in-process and through reader worker
+processes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.errors import ConfigError, EmptyStreamError, RepeatCountError, UnknownStreamError
-from datasetrt.sampling import EpochPermutation, Mixture, MixturePlan, Stream, StreamRows
+from datasetrt.sampling import (
+    Curriculum,
+    CurriculumPlan,
+    EpochPermutation,
+    Mixture,
+    MixturePlan,
+    Stage,
+    Stream,
+    StreamRows,
+)
 
 SIZES = {"a": 7, "b": 13, "c": 1, "d": 30, "e": 9}  # many caches, of very different sizes
 
@@ -184,3 +194,52 @@ def test_reader_workers_read_the_same_order(write_caches, start_method):
             assert ids(mixed) == ids(local_mixed)
             assert batch_ids(parallel.iter_batches(5)) == batch_ids(local.iter_batches(5))
             assert batch_ids(mixed.iter_batches(5)) == batch_ids(local_mixed.iter_batches(5))
+
+
+def curriculum(paths) -> Curriculum:
+    streams = {"small": Stream.by_cache(paths[2]), "big": Stream.by_cache(paths[3]),
+               "rest": Stream.by_cache(paths[0], paths[1], paths[4])}
+    return Curriculum([Stage(Mixture({"small": 1}, streams), batches=3, name="warmup"),
+                       Stage(Mixture({"big": 0.5, "rest": 0.5}, streams), samples=40, name="main"),
+                       Stage(Mixture({"rest": 1}, streams), name="anneal")], batch_size=4)
+
+
+def test_curriculum_stages_change_at_their_sample_counts(write_caches):
+    paths = write_caches(SIZES)
+    ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8))
+    cur = curriculum(paths)
+    ds.set_curriculum(cur)
+    assert ds.curriculum is cur and ds.mixture is None and ds.order_identity().startswith("curriculum:")
+    every = table_ids(ds)
+    got = ids(ds) + batch_ids(ds.iter_batches(4))  # two windows of len(ds) = 60: all three stages
+    cache_ids = ds.get_metadata()["cache_id"].unique(maintain_order=True).to_list()
+    column = np.array([c for c, _ in every], dtype=np.uint64)
+    rows = {name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
+            for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))}
+    plan = CurriculumPlan(cur, StreamRows(rows), seed=8)
+    assert len(got) == 2 * len(ds) == 120
+    assert got == [every[r] for r in plan.rows(0, len(got)).tolist()]
+    assert set(got[:12]) == {every[int(rows["small"][0])]}  # warmup: 3 batches of the 1-row stream
+    assert set(got[52:]) <= {every[i] for i in rows["rest"]}  # anneal from sample 12 + 40 on
+    ds.set_mixture(three_streams(paths))  # replaces the curriculum
+    assert ds.curriculum is None and ds.mixture is not None
+    with pytest.raises(drt.errors.ArgumentTypeError, match="set_curriculum expects"):
+        ds.set_curriculum(three_streams(paths))
+
+
+def test_curriculum_reads_the_same_with_workers_and_after_a_resume(write_caches):
+    paths = write_caches(SIZES)
+    local = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8))
+    local.set_curriculum(curriculum(paths))
+    expected = [ids(local) for _ in range(3)]
+    with drt.DatasetRuntime(num_workers=2, start_method="fork") as rt:
+        rt.start_workers()
+        parallel = rt.cached_dataset(paths, reader_config=drt.ReaderConfig(seed=8, prefetch_size=4))
+        parallel.set_curriculum(curriculum(paths))
+        assert ids(parallel) == expected[0]
+        saved = parallel.cursor_state().as_dict()
+        assert batch_ids(parallel.iter_batches(4)) == expected[1]
+    resumed = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8))
+    resumed.set_curriculum(curriculum(paths))
+    resumed.restore_cursor_state(resumed.cursor_state_from(saved))
+    assert [ids(resumed) for _ in range(2)] == expected[1:]

@@ -16,7 +16,7 @@ import datasetrt as drt  # noqa: E402
 from datasetrt._native.draws import derive_seed  # noqa: E402
 from datasetrt.errors import ConfigError  # noqa: E402
 from datasetrt.integrations.torch import to_torch_iterable_dataset  # noqa: E402
-from datasetrt.sampling import EpochPermutation, Mixture, Stream  # noqa: E402
+from datasetrt.sampling import Curriculum, EpochPermutation, Mixture, Stage, Stream  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 SIZES = {"t0": 24, "t1": 3, "t2": 13}  # 40 rows
@@ -36,9 +36,18 @@ def mixture(paths) -> Mixture:
                    {"big": Stream.by_cache(paths[0]), "tiny": Stream.by_cache(paths[1]), "mid": Stream.by_cache(paths[2])})
 
 
+def curriculum(paths) -> Curriculum:
+    mix = mixture(paths)
+    return Curriculum([Stage(Mixture({"tiny": 1}, dict(mix.streams)), batches=2), Stage(mix, samples=12),
+                       Stage(Mixture({"big": 0.5, "mid": 0.5}, dict(mix.streams)))], batch_size=4)
+
+
 def open_ds(paths, mixed=False, seed=0):
+    """mixed: False (exactly-once order), True (a mixture) or "curriculum"."""
     ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=seed, sampling="permutation"))
-    if mixed:
+    if mixed == "curriculum":
+        ds.set_curriculum(curriculum(paths))
+    elif mixed:
         ds.set_mixture(mixture(paths))
     return ds
 
@@ -69,14 +78,17 @@ def test_loader_passes_are_exactly_once_epochs_of_the_plan(paths):
     assert all(sorted(e) == sorted(rows) for e in split) and split[0] != split[1]
 
 
-@pytest.mark.parametrize("mixed", [False, True], ids=["permutation", "mixture"])
+@pytest.mark.parametrize("mixed", [False, True, "curriculum"], ids=["permutation", "mixture", "curriculum"])
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_dataloader_workers_yield_the_serial_batches(paths, mixed, context, tmp_path):
     ds = open_ds(paths, mixed)
     expected = epochs(loader(ds), 3)
     got = epochs(loader(ds, num_workers=2, multiprocessing_context=context, work_dir=tmp_path), 3)
     assert got == expected
-    if mixed:  # every pass of 40 holds exactly 20 / 10 / 10 of the streams
+    if mixed == "curriculum":  # pass 0: 8 of the tiny stream, then 12 of the mixture, then the last stage
+        big, tiny, mid = ds.cache_identity().cache_ids.tolist()
+        assert {c for c, _ in got[0][:8]} == {tiny} and {c for e in got[1:] for c, _ in e} == {big, mid}
+    elif mixed:  # every pass of 40 holds exactly 20 / 10 / 10 of the streams
         big, tiny, mid = ds.cache_identity().cache_ids.tolist()
         for epoch in got:
             assert Counter(c for c, _ in epoch) == {big: 20, tiny: 10, mid: 10}
@@ -123,7 +135,7 @@ def consume(dl, n):
     return out
 
 
-@pytest.mark.parametrize("mixed", [False, True], ids=["permutation", "mixture"])
+@pytest.mark.parametrize("mixed", [False, True, "curriculum"], ids=["permutation", "mixture", "curriculum"])
 def test_loader_resume_at_several_points(paths, mixed):
     ds = open_ds(paths, mixed)
     full = consume(loader(ds, batch_size=3), 35)  # 14 batches per pass: two passes and a half

@@ -56,7 +56,7 @@ def _with_order(identity: dict, order: str) -> dict:
 def _check_identity(state: Mapping[str, Any], mine: dict, what: str) -> None:
     """Refuse a state of another plan, naming the first difference."""
     names = {"caches": "the caches differ", "table": "the active table (rows, order or weights) differs",
-             "sampling": "the sampling order (ReaderConfig.sampling or the mixture) differs"}
+             "sampling": "the sampling order (ReaderConfig.sampling, the mixture or the curriculum) differs"}
     for key, value in {**_IDENTITY_DEFAULTS, **mine}.items():
         if state.get(key, _IDENTITY_DEFAULTS.get(key)) != value:
             raise ConfigError(f"{what} state does not match: {names.get(key, f'{key} differs')} "

@@ -39,7 +39,7 @@ class _LoaderPlan:
     def __init__(self, ds: CachedDataset, *, shuffle: bool, common_seed: int | None, partition: str,
                  budget: int, count: int, batch_size: int, drop_last: bool) -> None:
         self._ds = ds
-        self._source = ds.cursor_state().population  # the rows (and mixture) the plan selects from
+        self._source = ds.cursor_state().population  # the rows (and stream order) the plan selects from
         self.base = ds.population_rows(self._source, expand_physical=True)
         if self.base.weights is None:  # pragma: no cover - datasets always keep their weights
             raise CacheFormatError("the dataset's active rows carry no weights")
@@ -89,7 +89,7 @@ class _LoaderPlan:
         return _caches_digest(self._ds)
 
     def order_identity(self) -> str:
-        """The dataset's order over the plan's rows ("draws", "permutation", "mixture:<digest>")."""
+        """The dataset's order over the plan's rows ("draws", "permutation", "mixture:..." or "curriculum:...")."""
         return self._ds.order_identity(self._source)
 
 

@@ -7,8 +7,8 @@ torch, no Polars; pyarrow is imported inside the functions. (Reader worker proce
 snapshot: the parent writes each task's planned rows into the task's ring slot.)
 
 Layout: one Arrow column per export column (one row per population row, dtypes as exported),
-the export's params as JSON under the schema metadata key `params`, and its mixture (if any)
-pickled under `mixture` (the file lives in the wrapper's own temp dir: same trust as the pickled
+the export's params as JSON under the schema metadata key `params`, and its stream order (a
+mixture or curriculum, if any) pickled under `order` (the file lives in the wrapper's own temp dir: same trust as the pickled
 DataLoader dataset itself). Readers open it with a
 read-only memory map, zero copy, so every process shares the same page-cache pages.
 """
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 SNAPSHOT_NAME = "population.arrow"
 PARAMS_KEY = b"params"
-MIXTURE_KEY = b"mixture"
+ORDER_KEY = b"order"
 
 
 def write_snapshot(run_dir: Path, export: PopulationExport) -> Path:
@@ -39,8 +39,8 @@ def write_snapshot(run_dir: Path, export: PopulationExport) -> Path:
 
     columns = {name: pa.array(np.ascontiguousarray(values)) for name, values in export.columns.items()}
     metadata = {PARAMS_KEY: json.dumps(export.params).encode()}
-    if export.mixture is not None:
-        metadata[MIXTURE_KEY] = pickle.dumps(export.mixture)
+    if export.order is not None:
+        metadata[ORDER_KEY] = pickle.dumps(export.order)
     table = pa.table(columns, metadata=metadata)
     path = run_dir / SNAPSHOT_NAME
     with pa.OSFile(str(path), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
@@ -63,5 +63,5 @@ def read_snapshot(path: str | Path) -> tuple[PopulationExport, pa.MemoryMappedFi
         columns[name] = array.to_numpy(zero_copy_only=True)
     metadata = table.schema.metadata
     params = json.loads(metadata[PARAMS_KEY])
-    mixture = pickle.loads(metadata[MIXTURE_KEY]) if MIXTURE_KEY in metadata else None  # written by write_snapshot
-    return PopulationExport(columns, params, mixture), source
+    order = pickle.loads(metadata[ORDER_KEY]) if ORDER_KEY in metadata else None  # written by write_snapshot
+    return PopulationExport(columns, params, order), source
