@@ -24,7 +24,9 @@ from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch import distributed
 from datasetrt.integrations.torch.base import _check_identity, _with_order
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
-from datasetrt.integrations.torch.options import MAX_SAMPLE_BUDGET, _loader_event, check_arguments, worker_settings
+from datasetrt.integrations.torch.options import (
+    MAX_SAMPLE_BUDGET, _loader_event, check_arguments, check_collate_picklable, worker_settings,
+)
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
 
 if TYPE_CHECKING:
@@ -229,6 +231,7 @@ def to_torch_dataloader(
         multiprocessing_context=multiprocessing_context, sample_transform_fn=sample_transform_fn,
         local_world_size=replica.local_world_size)
     processes, prefetch, context = settings.processes, settings.prefetch, settings.context
+    check_collate_picklable(collate_fn, context)
 
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:
