@@ -50,9 +50,9 @@ class Population:
     this population was validated from (batch metadata reads its rows), or None for the physical
     population. `order` and `streams` (a `Mixture` or `Curriculum` and the `StreamRows` of these
     rows, or None) are the stream order the dataset set over these rows
-    (`CachedDataset.set_mixture`, `set_curriculum`). `plan(key,
-    build)` keeps the position plans built over this population (one per order and seed), so an
-    O(rows) plan table is computed once per population, before DataLoader workers fork.
+    (`CachedDataset.set_mixture`, `set_curriculum`). `plan(key, build)` keeps the position plans
+    built over this population (one per order and seed), so an O(rows) plan table is computed
+    once per population, before DataLoader workers fork.
     """
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,

@@ -8,9 +8,9 @@ snapshot: the parent writes each task's planned rows into the task's ring slot.)
 
 Layout: one Arrow column per export column (one row per population row, dtypes as exported),
 the export's params as JSON under the schema metadata key `params`, and its stream order (a
-mixture or curriculum, if any) pickled under `order` (the file lives in the wrapper's own temp dir: same trust as the pickled
-DataLoader dataset itself). Readers open it with a
-read-only memory map, zero copy, so every process shares the same page-cache pages.
+mixture or curriculum, if any) pickled under `order` (the file lives in the wrapper's own temp
+dir: the same trust as the pickled DataLoader dataset itself). Readers open it with a read-only
+memory map, zero copy, so every process shares the same page-cache pages.
 """
 
 from __future__ import annotations
