@@ -110,8 +110,8 @@ class Equivalent:
 EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "sampling/planner": (
         Equivalent("__init__", "NumberReplacer", "scale: float = ",
-                   "`_scale` is read only when `cum` was given, and the one caller that gives `cum` "
-                   "(`from_columns`) always gives `scale` too: the default is never read"),
+                   "`_scale` is read only when `cum` was given, and the callers that give `cum` "
+                   "(`from_columns`, `with_order`) always give `scale` too: the default is never read"),
         Equivalent("from_columns", "NumberReplacer", "max(len(columns[\"cum\"]) - 1, -1)",
                    "differs only for an empty `cum` column, and any slice of an empty array is empty"),
     ),
