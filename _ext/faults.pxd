@@ -26,6 +26,7 @@ cdef enum Fault:
     F_LEVEL = 17          # ConfigError: a level the codec library does not have
     F_ARGUMENT = 18       # ConfigError: arguments that break a kernel's documented contract
     F_TYPE = 19           # ArgumentTypeError
+    F_PAYLOAD_SPEC = 20   # CacheFormatError: a stored payload whose length does not fit the cache's PayloadSpec
 
 
 cdef inline int raise_fault(int code, str message) except -1:
@@ -50,6 +51,6 @@ cdef inline int raise_fault(int code, str message) except -1:
         cls = errors.ConfigError
     elif code == F_TYPE:
         cls = errors.ArgumentTypeError
-    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC and anything unforeseen
+    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC, F_PAYLOAD_SPEC and anything unforeseen
         cls = errors.CacheFormatError
     raise cls(message)

@@ -32,6 +32,7 @@ from datasetrt.errors import (
     ConfigError,
     DatasetRTError,
     MetadataTypeError,
+    ResourceLimitError,
     SampleIndexError,
 )
 from datasetrt.format.layout import U64_MAX
@@ -46,8 +47,10 @@ from datasetrt.records import (
     Ok,
     SampleBatch,
 )
-from datasetrt.runtime.batches import batches
-from datasetrt.runtime.local import READ_BLOCK_ROWS, Chunk, LocalReader, local_chunks
+from datasetrt.payloads import PayloadCheck
+from datasetrt.runtime.batch_run import BatchRun
+from datasetrt.runtime.batches import BatchMaker
+from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
@@ -197,8 +200,34 @@ class CachedDataset:
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
         builder = self._sample_builder
         check = builder.metadata if builder.check_embedded else None
-        chunks = self._chunks(window, batch_size)
-        yield from batches(chunks, batch_size, drop_last, self._catalog.cache_ids, table, check)
+        maker = BatchMaker(self._catalog.cache_ids, table, check, self._payload_spec)
+        shape = self._batch_shape(batch_size, drop_last)
+        if self._runtime is not None and self._runtime.parallel_reads:
+            try:
+                packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape)
+            except ResourceLimitError:
+                # A ring slot per batch does not fit the memory limit or /dev/shm: read records
+                # into small slots and pack each batch here (one copy of its payloads).
+                labels = [str(h.path) for h in self._handles]
+                yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
+                return
+        else:
+            packed = local_batches(self._reader(), window, shape)
+        try:
+            for item in packed:
+                batch = maker.batch(item)
+                del item  # hold nothing of a batch once the consumer has it: its slot's lease is theirs
+                yield batch
+                del batch
+        finally:
+            packed.close()
+
+    def _batch_shape(self, batch_size: int, drop_last: bool) -> BatchShape:
+        """How `iter_batches` cuts and checks a window: the payload spec's length rule, the
+        embedded JSON kept only for validate_cache, rows planned at the ring's record size."""
+        spec = self._payload_spec
+        check = PayloadCheck() if spec is None else PayloadCheck.of(spec.dtype, spec.shape)
+        return BatchShape(batch_size, drop_last, check, self._sample_builder.check_embedded, self._max_record_bytes())
 
     def _arrow_table(self, population: Population) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
@@ -223,14 +252,16 @@ class CachedDataset:
 
     def _parallel_run(self, window: Window, rows_hint: int | None = None) -> ParallelRun:
         """Start a multiprocess read of `window` on the runtime's workers."""
+        return ParallelRun(self._run_spec(window, rows_hint), self._runtime._running_pool)
+
+    def _run_spec(self, window: Window, rows_hint: int | None = None) -> RunSpec:
         cfg = self.reader_config
-        spec = RunSpec(
+        return RunSpec(
             caches=self._worker_caches(), window=window, num_workers=self._runtime.num_workers,
             prefetch_size=cfg.prefetch_size, max_record_bytes=self._max_record_bytes(),
             memory_limit_bytes=cfg.memory_limit_bytes or default_memory_limit_bytes(),
             timeout_s=cfg.worker_timeout_s, fallback=self._reader(), rows_hint=rows_hint,
         )
-        return ParallelRun(spec, self._runtime._running_pool)
 
     def _worker_caches(self) -> CacheSet:
         """The caches as reader workers open them (built once, at the first parallel read)."""

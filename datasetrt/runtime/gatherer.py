@@ -20,6 +20,7 @@ from datasetrt._native import gather as native
 from datasetrt.codecs import CODEC_IDS
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
+from datasetrt.payloads import PayloadCheck
 
 
 def default_fd_budget() -> int:
@@ -151,3 +152,21 @@ class Gatherer:
             cache_pos, sample_id, out, json_off, json_len, data_off, data_len,
             self._scratch, self.labels, self.shard_names,
         )
+
+    def gather_batch_into(self, cache_pos, sample_id, out, offsets, json_off, json_len,
+                          check: PayloadCheck) -> tuple[int, int, int, int]:
+        """One native batch gather of the given rows into `out`, payloads back to back from out[0]
+        in their final layout (`_native.gather.gather_batch`): offsets int64 (rows + 1 entries,
+        relative to `out`); json_off/json_len int64 (rows entries to keep the embedded JSON,
+        stacked down from the end of `out`; empty to check and drop it). `check` is the payload
+        spec's length rule. Returns (rows_done, payload_bytes, json_bottom, need_bytes)."""
+        if self._closed:
+            raise CacheIOError("reader is closed")
+        self._prepare(cache_pos)
+        return native.gather_batch(
+            self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
+            self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+            cache_pos, sample_id, out, offsets, json_off, json_len, check.record_bytes, check.unit_bytes,
+            self._scratch, self.labels, self.shard_names, check.label,
+        )
+

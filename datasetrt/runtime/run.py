@@ -127,14 +127,20 @@ class RunSpec:
 class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
-    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool]) -> None:
-        """Check the memory bound and /dev/shm first; only then get (maybe start) the pool."""
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: RunShape | None = None,
+                 bound: MemoryBound | None = None) -> None:
+        """Check the memory bound and /dev/shm first; only then get (maybe start) the pool.
+        `shape` and its `bound` default to the "records" ring of `RunShape.plan`."""
         self.run_dir = None
         self.window = spec.window
         self.timeout_s = spec.timeout_s
         self.fallback = spec.fallback
-        self.shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
-        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, spec.num_workers)
+        self.num_workers = spec.num_workers
+        if shape is None:
+            shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
+            bound = MemoryBound(shape.slots, shape.slot_bytes, spec.num_workers)
+        self.shape = shape
+        self._end = self.window.length  # window positions [0, _end) are read
         bound.check(spec.memory_limit_bytes)
         check_shm_capacity(bound.ring_bytes)
         self.pool = get_pool()
@@ -162,19 +168,19 @@ class ParallelRun:
         elif isinstance(msg, TaskDone):
             count = self._task_counts.pop(msg.task_id)
             self._done[msg.first] = (msg, count)
-            if 0 < msg.rows < count:
+            if 0 < msg.rows < count and self.shape.layout.kind == "records":
                 # The slot filled early (records decoded larger than planned): queue the rest at
                 # once, ahead of new ranges, so it is in flight before the consumer reaches it.
                 heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
 
     def _submit(self) -> None:
         ring = self.ring
-        while ring.free and (self._todo or self._next_first < self.window.length):
+        while ring.free and (self._todo or self._next_first < self._end):
             if self._todo:
                 first, count = heapq.heappop(self._todo)
             else:
                 first = self._next_first
-                count = min(self.shape.rows_per_task, self.window.length - first)
+                count = min(self.shape.rows_per_task, self._end - first)
                 self._next_first += count
             slot = ring.acquire()
             # The plan: population rows of window positions [first, first+count) and their

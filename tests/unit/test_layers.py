@@ -27,6 +27,7 @@ LAYERS = {
     "datasetrt.records": 1,
     "datasetrt.codecs": 1,
     "datasetrt.payloads": 1,
+    "datasetrt.arrays": 1,
     "datasetrt._native": 1,
     "datasetrt.format": 2,
     "datasetrt.sources": 2,
@@ -47,6 +48,8 @@ ALLOWED_UPWARD = {
     # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader: the two public methods' thin
     # forwarding into the torch integration (issue 10); torch never loads with the core.
     ("datasetrt.dataset", "datasetrt.integrations.torch"),
+    # SampleBatch.to_torch: numpy views -> tensors (torch imports stay in integrations; issue 11).
+    ("datasetrt.records", "datasetrt.integrations.tensors"),
 }
 WORKER_ENTRY = "datasetrt.runtime.worker"
 HEAVY = ("numpy", "polars", "pyarrow", "torch", "pandas")
