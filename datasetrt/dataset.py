@@ -214,11 +214,9 @@ class CachedDataset:
         else:
             packed = local_batches(self._reader(), window, shape)
         try:
-            for item in packed:
-                batch = maker.batch(item)
-                del item  # hold nothing of a batch once the consumer has it: its slot's lease is theirs
-                yield batch
-                del batch
+            # `yield from map`: no frame here keeps a batch once it is handed out, so the
+            # consumer's references alone decide when a leased ring slot returns.
+            yield from map(maker.batch, packed)
         finally:
             packed.close()
 

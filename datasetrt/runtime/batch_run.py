@@ -72,8 +72,8 @@ class BatchRun(ParallelRun):
             if not self.pool.ready_workers():
                 head = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
                 for packed in head:
-                    yield packed
                     position = packed.first + packed.rows
+                    yield packed
                     if self.pool.ready_workers():
                         break
                     self.pool.check_startup()
@@ -87,11 +87,10 @@ class BatchRun(ParallelRun):
                 if self._failure is not None:
                     self._raise_failure(self._failure)
                 done, count = self._done.pop(position)
-                packed = self._delivered(done, position, count)
-                del done
-                yield packed
-                del packed  # the consumer's references decide when the slot returns, not ours
                 position += count
+                # Yielded without a local name: while suspended, this frame holds nothing of the
+                # batch, so the consumer's references alone decide when its slot returns.
+                yield self._delivered(done, position - count, count)
         finally:
             self.close()
 
