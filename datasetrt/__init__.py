@@ -8,7 +8,7 @@ imports `datasetrt.runtime.worker` never imports Polars through this package's _
 
 from datasetrt import errors
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place the version is written (pyproject reads it)
 
 __all__ = [
     "CacheInput", "CacheSource", "CacheSourcesDatasetError", "CacheSourcesDatasetResult",

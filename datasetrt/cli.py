@@ -1,4 +1,4 @@
-"""`datasetrt` console command: inspect and validate caches.
+"""`datasetrt` console command: inspect and validate caches, run the demo job.
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
@@ -7,6 +7,8 @@ Boundary: argument parsing and printing over the public API and the format layer
                                            index bounds, every record read and checked);
                                            exit 1 if any cache fails
   datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
+  datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
+  datasetrt --version
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from datasetrt import convert
+from datasetrt import __version__, convert, demo
 from datasetrt.errors import DatasetRTError
 
 
@@ -85,9 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
     convert.add_parser(sub)
+    parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
+    demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
     args = parser.parse_args(argv)
     if args.command == "convert":
         return convert.run(args)
+    if args.command == "demo":
+        return demo.run(args)
     try:
         if args.command == "inspect":
             return _inspect(args.cache_dir, args.json)

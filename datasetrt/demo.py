@@ -1,8 +1,10 @@
 """The main job end to end on generated data: write caches, reweight with Polars, read, report.
 
-Boundary: a user of the public API only (what a training script does).
+Boundary: a user of the public API only (what a training script does); needs nothing outside the
+installed package (no repository files).
 
-  python -m datasetrt.demo [--caches 4] [--samples 20000] [--payload-bytes 4096] [--workdir DIR]
+  datasetrt demo [--caches 4] [--samples 20000] [--payload-bytes 4096] [--workers 2] [--workdir DIR]
+  python -m datasetrt.demo [same options]
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import polars as pl
-import psutil
-
 import datasetrt as drt
+
+SUMMARY = "the main job on generated data: write caches, reweight with Polars, read with workers, report"
 
 
 class SyntheticSource:
@@ -37,6 +38,8 @@ class SyntheticSource:
 
 def tree_pss_mib() -> float:
     """PSS of this process and its children (psutil memory_full_info), MiB."""
+    import psutil
+
     me = psutil.Process()
     total = 0
     for proc in [me, *me.children(recursive=True)]:
@@ -47,14 +50,24 @@ def tree_pss_mib() -> float:
     return total / 2**20
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options, on `python -m datasetrt.demo`'s parser or the `datasetrt demo` subcommand."""
     parser.add_argument("--caches", type=int, default=4)
     parser.add_argument("--samples", type=int, default=20_000, help="samples per cache")
     parser.add_argument("--payload-bytes", type=int, default=4096)
     parser.add_argument("--workdir", type=Path, default=None, help="keep caches here (default: a temp dir, removed)")
     parser.add_argument("--workers", type=int, default=2, help="DatasetRuntime(num_workers=...)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m datasetrt.demo", description=SUMMARY)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job with parsed options; 0 on success, 1 if a cache failed to write."""
+    import polars as pl  # here, not at the top: `datasetrt` (cli.py) imports this module for its options
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="datasetrt-demo-"))
     runtime = drt.DatasetRuntime(num_workers=args.workers)

@@ -129,6 +129,15 @@ class MetadataTypeError(DatasetRTError, TypeError, AttributeError):
     """update_metadata got something that is not a polars.DataFrame (dataset-rt: AttributeError)."""
 
 
+# --- installation ------------------------------------------------------------------------------
+
+
+class MissingExtraError(DatasetRTError, ImportError):
+    """An optional feature's packages are not installed. The message names the feature and ends with
+    the command that installs its extra (pyproject.toml: torch, ray, hf, bench), e.g.
+    "... requires PyTorch to be installed: pip install 'datasetrt[torch]'"."""
+
+
 # --- worker processes --------------------------------------------------------------------------
 
 

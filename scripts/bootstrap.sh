@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the two README commands need on a fresh machine, idempotently:
-#   1. the codec headers the Cython kernels link (Debian: liblz4-dev, libzstd-dev, libxxhash-dev);
+#   1. the codec headers and static archives the Cython kernels are built from (Debian: liblz4-dev,
+#      libzstd-dev, libxxhash-dev; a development set-up only: the wheels of scripts/build_wheels.sh
+#      carry the codecs and need none of them);
 #   2. a virtualenv in .venv with the build tools, the package (editable) and its dev extra;
 #   3. the compiled kernels, rebuilt in place when a .pyx/.pxd changed;
 #   4. bytecode for the package, as a pip install of a wheel would leave it (this machine sets
@@ -37,7 +39,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$deps_hash" ]; then
   echo "bootstrap: installing build tools and datasetrt[dev] into .venv" >&2
   "$py" -m pip install -q --upgrade pip >&2
   # torch is not a dependency; the pins keep anything from pulling a newer one.
-  "$py" -m pip install -q "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.26" >&2
+  "$py" -m pip install -q "setuptools>=68" wheel "Cython>=3.0" >&2
   # (setuptools calls compat mode transitional; should a release drop it, take the default mode.)
   "$py" -m pip install -q --no-build-isolation --config-settings "$install_mode" -e ".[dev]" >&2 2>/dev/null \
     || "$py" -m pip install -q --no-build-isolation -e ".[dev]" >&2

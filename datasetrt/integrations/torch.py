@@ -54,9 +54,12 @@ try:
     import torch.distributed as torch_distributed
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 except ImportError as exc:  # pragma: no cover - exercised with torch hidden
-    raise ImportError(
+    from datasetrt.errors import MissingExtraError
+
+    raise MissingExtraError(
         "CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
-        "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch)"
+        "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
+        "pip install 'datasetrt[torch]'"
     ) from exc
 
 from datasetrt._native.draws import derive_seed
