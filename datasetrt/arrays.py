@@ -49,8 +49,9 @@ def dense(data: np.ndarray, n: int, dtype: str, shape: tuple) -> np.ndarray:
     return data.view(payload_dtype(dtype)).reshape(n, *shape)
 
 
-def _unit(dtype: str, shape: tuple, axis: int) -> tuple[int, int, int]:
-    """(elements per step along the ragged dim, outer blocks before it, bytes per step)."""
+def step_sizes(dtype: str, shape: tuple, axis: int) -> tuple[int, int, int]:
+    """(elements per step along ragged dim `axis`, outer blocks before it, bytes per step within
+    a block) of spec (dtype, shape)."""
     itemsize = payload_dtype(dtype).itemsize
     inner = int(np.prod([d for d in shape[axis + 1:]], dtype=np.int64))
     outer = int(np.prod([d for d in shape[:axis]], dtype=np.int64))
@@ -60,7 +61,7 @@ def _unit(dtype: str, shape: tuple, axis: int) -> tuple[int, int, int]:
 def ragged(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: tuple) -> RaggedArrays:
     """`RaggedArrays` view of n ragged records (offsets in bytes -> in steps along the ragged dim)."""
     axis = shape.index(None)
-    per_step, _outer, _inner_bytes = _unit(dtype, shape, axis)
+    per_step, _outer, _inner_bytes = step_sizes(dtype, shape, axis)
     step_bytes = per_step * payload_dtype(dtype).itemsize
     values = data.view(payload_dtype(dtype))
     if axis == 0:
@@ -86,13 +87,8 @@ def projected(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: 
                           "(use to_numpy() without length)")
     axis = shape.index(None)
     stored = payload_dtype(dtype)
-    try:
-        pad_item = np.array(pad, dtype=stored)
-    except (OverflowError, ValueError, TypeError) as exc:
-        raise ConfigError(f"pad={pad!r} is not a {dtype} value: {exc}") from None
-    if pad_item.ndim != 0:
-        raise ConfigError(f"pad must be one {dtype} value, got an array of shape {pad_item.shape}")
-    per_step, outer, inner_bytes = _unit(dtype, shape, axis)
+    item = pad_item(pad, dtype)
+    per_step, outer, inner_bytes = step_sizes(dtype, shape, axis)
     out_shape = (n, *shape[:axis], length, *shape[axis + 1:])
     step_bytes = per_step * stored.itemsize
     if axis == 0 and n and step_bytes and bool((np.diff(offsets) == length * step_bytes).all()):
@@ -100,5 +96,16 @@ def projected(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: 
     out = np.empty(out_shape, dtype=stored)
     if out.size:
         project_rows(data, offsets, n, outer, inner_bytes, length * inner_bytes,
-                     pad_item.reshape(1).view(np.uint8), out.reshape(-1).view(np.uint8))
+                     item.view(np.uint8), out.reshape(-1).view(np.uint8))
     return out
+
+
+def pad_item(pad: Any, dtype: str) -> np.ndarray:
+    """`pad` as one stored item of `dtype` (a 1-element array); ConfigError when it is not one."""
+    try:
+        item = np.array(pad, dtype=payload_dtype(dtype))
+    except (OverflowError, ValueError, TypeError) as exc:
+        raise ConfigError(f"pad={pad!r} is not a {dtype} value: {exc}") from None
+    if item.ndim != 0:
+        raise ConfigError(f"pad must be one {dtype} value, got an array of shape {item.shape}")
+    return item.reshape(1)

@@ -195,7 +195,11 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        window = self._reserve()
+        yield from self._window_batches(self._reserve(), batch_size, drop_last, with_metadata)
+
+    def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
+        """`window` as SampleBatches of `batch_size` in order: leased ring slots through the
+        runtime's workers, or in-process batches gathered straight into private buffers."""
         # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
         builder = self._sample_builder
@@ -373,6 +377,13 @@ class CachedDataset:
         from datasetrt.integrations.torch import to_torch_dataloader
 
         return to_torch_dataloader(self, **kwargs)
+
+    def to_torch_batches(self, batch_size: int, **kwargs: Any) -> Any:
+        """A `torch.utils.data.DataLoader` of whole typed batches (dicts of tensors) whose workers
+        gather each batch straight into shared-memory tensors (docs/pytorch.md)."""
+        from datasetrt.integrations.torch_batches import to_torch_batches
+
+        return to_torch_batches(self, batch_size, **kwargs)
 
 
 class DatasetRuntime:

@@ -48,6 +48,7 @@ ALLOWED_UPWARD = {
     # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader: the two public methods' thin
     # forwarding into the torch integration (issue 10); torch never loads with the core.
     ("datasetrt.dataset", "datasetrt.integrations.torch"),
+    ("datasetrt.dataset", "datasetrt.integrations.torch_batches"),  # CachedDataset.to_torch_batches (issue 11)
     # SampleBatch.to_torch: numpy views -> tensors (torch imports stay in integrations; issue 11).
     ("datasetrt.records", "datasetrt.integrations.tensors"),
 }
