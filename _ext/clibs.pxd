@@ -1,4 +1,6 @@
-# Shared C declarations of the codec and hash libraries the kernels link (liblz4, libzstd, libxxhash).
+# Shared C declarations of the codec and hash libraries the kernels link (liblz4, libzstd,
+# libxxhash). zstd's dictionary builder is not here: Debian's libzstd.a cannot link it into a shared
+# object (its zdict objects are PIE), so training runs through `zstandard` (format/dictionary.py).
 # Declarations only: no logic lives here (codec ids, limits and helpers: codecs.pxd).
 from libc.stdint cimport uint64_t
 
@@ -28,6 +30,22 @@ cdef extern from "zstd.h" nogil:
     int ZSTD_maxCLevel()
     unsigned long long ZSTD_CONTENTSIZE_UNKNOWN
     unsigned long long ZSTD_CONTENTSIZE_ERROR
+    # Dictionaries (stable API since zstd 1.4.0): prepared once, read-only and thread-safe to share.
+    ctypedef struct ZSTD_CDict
+    ctypedef struct ZSTD_DDict
+    ZSTD_CDict* ZSTD_createCDict(const void* dictBuffer, size_t dictSize, int compressionLevel)
+    size_t ZSTD_freeCDict(ZSTD_CDict* cdict)
+    size_t ZSTD_compress_usingCDict(ZSTD_CCtx* cctx, void* dst, size_t dstCapacity,
+                                    const void* src, size_t srcSize, const ZSTD_CDict* cdict)
+    ZSTD_DDict* ZSTD_createDDict(const void* dictBuffer, size_t dictSize)
+    size_t ZSTD_freeDDict(ZSTD_DDict* ddict)
+    size_t ZSTD_decompress_usingDDict(ZSTD_DCtx* dctx, void* dst, size_t dstCapacity,
+                                      const void* src, size_t srcSize, const ZSTD_DDict* ddict)
+    unsigned ZSTD_getDictID_fromDict(const void* dict, size_t dictSize)
+    unsigned ZSTD_getDictID_fromCDict(const ZSTD_CDict* cdict)
+    unsigned ZSTD_getDictID_fromDDict(const ZSTD_DDict* ddict)
+    unsigned ZSTD_getDictID_fromFrame(const void* src, size_t srcSize)
+    size_t ZSTD_sizeof_DDict(const ZSTD_DDict* ddict)
 
 cdef extern from "xxhash.h" nogil:
     ctypedef unsigned long long XXH64_hash_t

@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Writer-side codec kernel: payload encoding with any codec of the table, and the XXH3-64 record hash.
+"""Writer-side codec kernel: payload encoding with any codec of the table, per-cache codec state
+(preparing a zstd_dict dictionary; format/dictionary.py trains it), and the XXH3-64 record hash.
 
 Boundary: byte buffers in, byte buffers out; no files, no tables, no processes. The GIL is released
-around every codec and hash call so a writer thread pool encodes in parallel. Codec ids, limits and
-the per-codec helpers are the codec table's native twin (codecs.pxd; datasetrt/codecs.py); wire
-forms are in docs/storage-format.md. Failures raise through faults.raise_fault.
+around every codec and hash call so a writer thread pool encodes in parallel. Codec ids,
+limits and the per-codec helpers are the codec table's native twin (codecs.pxd;
+datasetrt/codecs.py); wire forms are in docs/storage-format.md. Failures raise through
+faults.raise_fault.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -12,9 +14,10 @@ from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 from codecs cimport (
-    EncodeContext, encode, encode_bound, encode_context_free, encode_context_init, level_range, max_input,
+    CacheEncodeState, EncodeContext, encode, encode_bound, encode_context_free, encode_context_init, encode_state_free,
+    encode_state_init, level_range, max_input,
 )
-from faults cimport F_ARGUMENT, F_CODEC, F_INPUT_LIMIT, F_LEVEL, F_NOMEM, F_OK, F_TYPE, raise_fault
+from faults cimport F_ARGUMENT, F_CODEC, F_INPUT_LIMIT, F_LEVEL, F_NOMEM, F_OK, F_STATE, F_TYPE, raise_fault
 
 from datasetrt.codecs import CODEC_BY_ID
 
@@ -64,27 +67,75 @@ def xxh3_64_pairs(heads, bodies, uint64_t[::1] out not None):
         free(lens)
 
 
+def _row(int codec_id):
+    row = CODEC_BY_ID.get(codec_id)
+    if row is None:
+        raise_fault(F_ARGUMENT, f"unknown codec id {codec_id}")
+    return row
+
+
+cdef int _raise_level(str name, int codec_id, int level) except -1:
+    cdef int lo = 0, hi = 0
+    level_range(codec_id, &lo, &hi)
+    return raise_fault(F_LEVEL, f"{name} level {level} outside [{lo}, {hi}]")
+
+
+cdef class EncodeState:
+    """A cache's codec state as the writer uses it (zstd_dict: its dictionary prepared at `level`,
+    one ZSTD_CDict), built from the state's stored bytes. Read-only once built, so one instance is
+    shared by every writer thread's `Encoder`. `state_id` is what its records name (the dictionary
+    id). ConfigError for a codec without state or a bad level; CacheFormatError (F_STATE) when the
+    bytes are not a state of the codec."""
+    cdef CacheEncodeState state
+    cdef readonly str name
+
+    def __cinit__(self, int codec_id, const uint8_t[::1] data not None, int level):
+        self.state.zstd = NULL
+        self.name = _row(codec_id).name
+        cdef int status
+        cdef size_t n = data.shape[0]
+        with nogil:
+            status = encode_state_init(&self.state, codec_id, level, &data[0] if n else NULL, n)
+        if status == F_CODEC:
+            raise_fault(F_ARGUMENT, f"{self.name} has no per-cache state")
+        if status == F_LEVEL:
+            _raise_level(self.name, codec_id, level)
+        if status == F_STATE:
+            raise_fault(status, f"{n} bytes are not a {self.name} dictionary (no dictionary id)")
+        if status != F_OK:
+            raise_fault(status, f"cannot prepare a {self.name} dictionary of {n} bytes")
+
+    def __dealloc__(self):
+        encode_state_free(&self.state)
+
+    @property
+    def state_id(self):
+        return self.state.state_id
+
+
 cdef class Encoder:
     """Encodes payloads into the stored form of one codec of the table (`Codec.codec_id`).
 
     `level` is checked against the linked library for levelled codecs and ignored by the others.
-    Holds the codec's library context (zstd: one ZSTD_CCtx), so it is thread-confined: one per
-    writer thread.
+    A codec with per-cache state (zstd_dict) needs that cache's `state` (an `EncodeState`, kept
+    alive by the encoder; its level is the state's). Holds the codec's library context (zstd: one
+    ZSTD_CCtx), so it is thread-confined: one per writer thread.
     """
     cdef EncodeContext ctx
     cdef readonly str name
+    cdef readonly object state
 
-    def __cinit__(self, int codec_id, int level=0):
-        cdef int lo = 0, hi = 0
+    def __cinit__(self, int codec_id, int level=0, EncodeState state=None):
         self.ctx.zstd = NULL
-        row = CODEC_BY_ID.get(codec_id)
-        status = encode_context_init(&self.ctx, codec_id, level) if row is not None else F_CODEC
+        self.name = _row(codec_id).name
+        self.state = state
+        status = encode_context_init(&self.ctx, codec_id, level, &state.state if state is not None else NULL)
         if status == F_CODEC:
             raise_fault(F_ARGUMENT, f"unknown codec id {codec_id}")
-        self.name = row.name
         if status == F_LEVEL:
-            level_range(codec_id, &lo, &hi)
-            raise_fault(F_LEVEL, f"{self.name} level {level} outside [{lo}, {hi}]")
+            _raise_level(self.name, codec_id, level)
+        if status == F_ARGUMENT:
+            raise_fault(status, f"{self.name} encodes with its cache's dictionary: pass state=EncodeState(...) of {self.name}")
         if status != F_OK:
             raise_fault(status, f"cannot create a {self.name} compression context")
 

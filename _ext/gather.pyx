@@ -13,6 +13,8 @@ The inner loop runs with the GIL released; a failure stops the loop with a fault
 and `_raise_fault` words it (cache directory, sample, shard) and raises it through the kernels'
 one choke point, `faults.raise_fault`. Codecs are decoded through the codec table's helpers
 (codecs.pxd), so this loop names no codec but the identity one, whose records are read in place.
+A codec with per-cache state (zstd_dict) gets its cache's `DecodeState` from the per-cache state
+table (`codec_state`), which the caller fills once per cache (`CacheHandle.codec_state`).
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE
@@ -24,10 +26,13 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, memmove, strerror
 
 from clibs cimport XXH3_64bits
-from codecs cimport CODEC_NONE, DecodeContext, decode, decode_context_free, decode_context_init, decoded_size
+from codecs cimport (
+    CODEC_NONE, CacheDecodeState, DecodeContext, decode, decode_context_free, decode_context_init, decode_state_free,
+    decode_state_init, decoded_size,
+)
 from faults cimport (
-    F_ARGUMENT, F_BOUNDS, F_CHECKSUM, F_CODEC, F_DECODE, F_DECODED_LIMIT, F_ENVELOPE, F_IO, F_NOMEM, F_NOT_OPEN,
-    F_OK, F_OUT_FULL, F_PAYLOAD_SPEC, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_UTF8, raise_fault,
+    F_ARGUMENT, F_BOUNDS, F_CHECKSUM, F_CODEC, F_DECODE, F_DECODED_LIMIT, F_ENVELOPE, F_IO, F_NOMEM, F_NOT_OPEN, F_OK,
+    F_OUT_FULL, F_PAYLOAD_SPEC, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_STATE, F_UTF8, raise_fault,
 )
 from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
@@ -221,6 +226,50 @@ cdef class Scratch:
         return 0
 
 
+cdef class DecodeState:
+    """One cache's codec state as readers use it (zstd_dict: its dictionary, one ZSTD_DDict),
+    prepared from the state's stored bytes (the caller checked them against the manifest).
+
+    Read-only once built: every reading thread of the process shares it. `address` is what the
+    gather's per-cache state table holds (valid while this object lives); `state_id` is what the
+    cache's records name (the dictionary id); `nbytes` the memory it holds (~ the dictionary size
+    plus its entropy tables). CacheFormatError (F_STATE) naming `label` when the bytes are not a
+    state of the codec; ConfigError for a codec without per-cache state.
+    """
+    cdef CacheDecodeState state
+    cdef readonly str label
+
+    def __cinit__(self, int codec_id, const uint8_t[::1] data not None, str label not None):
+        self.state.zstd = NULL
+        self.label = label
+        row = CODEC_BY_ID.get(codec_id)
+        cdef int status
+        cdef size_t n = data.shape[0]
+        with nogil:
+            status = decode_state_init(&self.state, codec_id, &data[0] if n else NULL, n)
+        if status == F_CODEC:
+            raise_fault(F_ARGUMENT, f"codec id {codec_id} has no per-cache state: {label}")
+        if status == F_STATE:
+            raise_fault(status, f"{row.name} dictionary is not a zstd dictionary the library can load ({n} bytes): {label}")
+        if status != F_OK:
+            raise_fault(status, f"cannot prepare the {row.name} dictionary ({n} bytes): {label}")
+
+    def __dealloc__(self):
+        decode_state_free(&self.state)
+
+    @property
+    def address(self):
+        return <size_t>&self.state
+
+    @property
+    def state_id(self):
+        return self.state.state_id
+
+    @property
+    def nbytes(self):
+        return self.state.nbytes
+
+
 cdef struct FaultInfo:
     int code
     int codec
@@ -284,6 +333,7 @@ cdef Py_ssize_t _span_end(
 def gather(
     const uint64_t[::1] index_addr, const uint64_t[::1] index_rows,
     const int64_t[::1] shard_base, const int64_t[::1] shard_count, const uint64_t[::1] cksum_addr,
+    const uint64_t[::1] codec_state,
     const int32_t[::1] shard_fd, const uint64_t[::1] shard_len, const uint64_t[::1] shard_ulen,
     const uint8_t[::1] shard_codec,
     const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
@@ -295,7 +345,8 @@ def gather(
 
     Per cache c: index_addr[c] is the mapped index.bin (index_rows[c] rows of 24 bytes),
     shards shard_base[c] .. shard_base[c]+shard_count[c]-1 of the flat shard tables, and
-    cksum_addr[c] the mapped u64 LE checksum sidecar or 0. Per row i: for row i, bytes
+    cksum_addr[c] the mapped u64 LE checksum sidecar or 0, codec_state[c] the `DecodeState.address`
+    of the cache's codec state or 0 (codecs without per-cache state). Per row i: for row i, bytes
     out[json_off[i] : +json_len[i]] are the embedded JSON and out[data_off[i] : +data_len[i]] the
     decoded payload. Returns (rows_done, out_used, need_bytes): need_bytes > 0 only when row
     rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it).
@@ -414,7 +465,7 @@ def gather(
                 continue
             # Encoded: decoded size from the codec's header (checked for plausibility by the codec),
             # bounded by the shard's declared total, then decoded straight into `out`.
-            status = decoded_size(codec, payload, plen, NULL, &dsize)
+            status = decoded_size(codec, payload, plen, <const void*>codec_state[c], &dsize)
             if status != F_OK:
                 f.code = status
                 f.a = dsize if status == F_DECODE else <uint64_t>codec
@@ -431,9 +482,12 @@ def gather(
                 break
             dst = &out[0] + pos
             memcpy(dst, rec + RECORD_HEADER_BYTES, jlen)
-            status = decode(codec, payload, plen, dst + jlen, dsize, &scratch.codecs, NULL)
+            status = decode(codec, payload, plen, dst + jlen, dsize, &scratch.codecs, <const void*>codec_state[c])
             if status != F_OK:
                 f.code = status
+                if status == F_STATE:  # what the record names vs its cache's state
+                    f.a = scratch.codecs.state_found
+                    f.b = scratch.codecs.state_expected
                 break
             json_off[i] = pos
             json_len[i] = jlen
@@ -487,6 +541,11 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
         message = f"cannot allocate {f.a} bytes of read scratch for {where}"
     elif f.code == F_CODEC:
         message = f"unknown codec id {f.a} for shard {shard}: {where}"
+    elif f.code == F_STATE and f.b == 0:
+        message = f"{codec} payload needs its cache's dictionary, but none is loaded: {where} (shard {shard})"
+    elif f.code == F_STATE:
+        message = (f"{codec} payload was compressed with dictionary id {f.a}, but the cache's dictionary has id "
+                   f"{f.b}: {where} (shard {shard})")
     else:
         message = f"gather fault {f.code}: {where}"
     return raise_fault(f.code, message)
@@ -567,6 +626,7 @@ cdef inline int _check_record(const uint8_t* rec, uint64_t rec_len, uint64_t cks
 def gather_batch(
     const uint64_t[::1] index_addr, const uint64_t[::1] index_rows,
     const int64_t[::1] shard_base, const int64_t[::1] shard_count, const uint64_t[::1] cksum_addr,
+    const uint64_t[::1] codec_state,
     const int32_t[::1] shard_fd, const uint64_t[::1] shard_len, const uint64_t[::1] shard_ulen,
     const uint8_t[::1] shard_codec,
     const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
@@ -584,7 +644,8 @@ def gather_batch(
     checked (length, UTF-8) and dropped. The payload spec is checked on each decoded length before
     anything is written: `record_bytes >= 0` -> exactly that many bytes; `unit_bytes > 1` -> a
     multiple of it; a mismatch is a CacheFormatError naming the cache, the sample, the length and
-    `spec_label`. Every other check is `gather`'s (index bounds, XXH3, envelope, UTF-8, codec sizes).
+    `spec_label`. Every other check is `gather`'s (index bounds, XXH3, envelope, UTF-8, codec sizes,
+    the record's codec state against its cache's: `codec_state` as in `gather`).
 
     Returns (rows_done, payload_bytes, json_bottom, need_bytes): rows_done < n when `out` is full,
     and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept) does not fit in
@@ -659,7 +720,7 @@ def gather_batch(
                 break
             plen = r.rec_len - RECORD_HEADER_BYTES - jlen
             payload = rec + RECORD_HEADER_BYTES + jlen
-            status = decoded_size(codec, payload, plen, NULL, &dsize)
+            status = decoded_size(codec, payload, plen, <const void*>codec_state[c], &dsize)
             if status != F_OK:
                 f.code = status
                 f.a = dsize if status == F_DECODE else <uint64_t>codec
@@ -688,9 +749,12 @@ def gather_batch(
                 if dsize:
                     memmove(base + pos, payload, dsize)  # in place: down over its own header and JSON
             else:
-                status = decode(codec, payload, plen, base + pos, dsize, &scratch.codecs, NULL)
+                status = decode(codec, payload, plen, base + pos, dsize, &scratch.codecs, <const void*>codec_state[c])
                 if status != F_OK:
                     f.code = status
+                    if status == F_STATE:  # what the record names vs its cache's state
+                        f.a = scratch.codecs.state_found
+                        f.b = scratch.codecs.state_expected
                     break
             pos += dsize
             offsets[i + 1] = pos

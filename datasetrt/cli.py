@@ -2,10 +2,11 @@
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
-  datasetrt inspect CACHE_DIR [--json]     manifest summary, schema, counts, sizes
-  datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, metadata decode,
-                                           index bounds, every record read and checked);
-                                           exit 1 if any cache fails
+  datasetrt inspect CACHE_DIR [--json]     manifest summary, schema, counts, sizes, the zstd_dict
+                                           dictionary (checked at open: size, sha256, id)
+  datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, the dictionary
+                                           loaded, metadata decode, index bounds, every record
+                                           read and checked); exit 1 if any cache fails
   datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
   datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
   datasetrt --version
@@ -30,6 +31,7 @@ def _inspect(cache_dir: Path, as_json: bool) -> int:
     shard_bytes = sum(s.byte_len for s in m.shards)
     raw_bytes = sum(s.uncompressed_byte_len for s in m.shards)
     algos = sorted({s.algo for s in m.shards})
+    d = m.dictionary
     summary = {
         "path": str(cache_dir),
         "format_version": m.format_version,
@@ -42,6 +44,8 @@ def _inspect(cache_dir: Path, as_json: bool) -> int:
         "payload_bytes": raw_bytes,
         "compression": algos,
         "record_checksums": m.checksums is not None,
+        "zstd_dictionary": None if d is None else {"file": d.file, "dict_id": d.dict_id, "byte_len": d.byte_len,
+                                                   "sha256": d.sha256},
     }
     if as_json:
         print(json.dumps(summary, indent=2))
@@ -52,6 +56,8 @@ def _inspect(cache_dir: Path, as_json: bool) -> int:
           f"record checksums {'yes' if m.checksums else 'no'}")
     print(f"samples     {m.sample_count:,}")
     print(f"shards      {len(m.shards)} files, {shard_bytes:,} bytes stored, {raw_bytes:,} payload bytes")
+    if d is not None:
+        print(f"dictionary  {d.file}: {d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 {d.sha256[:16]}... (checked)")
     print("schema")
     for name, kind in m.metadata_schema:
         print(f"  {name:<24} {kind}")

@@ -14,11 +14,13 @@ Adding a codec (docs/architecture.md, "Where to make a change"): a `Codec` row h
 `encode_bound`, `encode`, and the context init/free when it keeps a library context); the library's
 declarations in `_ext/clibs.pxd` when it needs new ones; docs/storage-format.md.
 
-Per-cache state (the zstd-with-dictionary codec, issue 14): a codec whose records need state shared
-by the whole cache (a dictionary) keeps it in a file of the cache named by the manifest. Readers
-load it once per cache, like the index map, and hand the kernel a pointer to the prepared native
-state (a `ZSTD_DDict`) per cache; `decode()` already takes it as `cache_state` (NULL for every
-codec below). The writer builds the encoder with the state (`encode_context_init`).
+Per-cache state (`Codec.cache_state`; zstd_dict, issue 14): a codec whose records need state shared
+by the whole cache (a trained dictionary) keeps it in a file of the cache named by the manifest
+(format/dictionary.py). Readers load it once per cache and process, like the index map
+(`CacheHandle.codec_state`), and hand the kernel a pointer to the prepared native state (a
+`ZSTD_DDict`) per cache, which `decode()` receives as `cache_state` (NULL for every other codec).
+The writer trains the state from the source's first records and builds its encoders with it
+(`codec.EncodeState`, shared by the writer threads).
 """
 
 from __future__ import annotations
@@ -50,13 +52,15 @@ class Codec:
     kernels dispatch on (equal to `CodecId` in `_ext/codecs.pxd`; never reused: it is not on disk,
     but reader workers and parents must agree). `level` is None for codecs without levels (their
     manifests record none). `max_payload_bytes` is the largest payload the codec can store (None:
-    no limit of its own).
+    no limit of its own). `cache_state` is True when its records decode only with state shared by
+    the whole cache (zstd_dict: the cache's trained dictionary file, named in the manifest).
     """
 
     name: str
     codec_id: int
     level: LevelRule | None
     max_payload_bytes: int | None
+    cache_state: bool = False
 
     @property
     def stores_raw(self) -> bool:
@@ -75,6 +79,9 @@ CODECS: tuple[Codec, ...] = (
     # read it). Manifests accept the library's whole range (ZSTD_minCLevel() is -131072); the
     # config keeps to the useful one.
     Codec("zstd", 2, level=LevelRule(3, -7, 22, -131072, 22), max_payload_bytes=None),
+    # One zstd frame per record compressed with the cache's trained dictionary, whose id the frame
+    # header names (datasetrt only). The dictionary is a file of the cache (format/dictionary.py).
+    Codec("zstd_dict", 3, level=LevelRule(3, -7, 22, -131072, 22), max_payload_bytes=None, cache_state=True),
 )
 
 CODEC_BY_NAME: dict[str, Codec] = {c.name: c for c in CODECS}
@@ -93,6 +100,16 @@ MANIFEST_LEVEL_MAX = max(r.manifest_max for r in _LEVELS)
 del _LEVELS
 
 
+# zstd_dict's dictionary size (`ShardCompression.dict_bytes`): the most bytes training may produce.
+# 32 KiB by default: on token and JSON-like records 16, 32 and 64 KiB dictionaries compressed
+# within 1% of each other, and a smaller one trains faster and costs each reading process less
+# (docs/benchmarks.md, "zstd_dict"; loaderx fixes 32 KiB for the same reason). The manifest accepts
+# a dictionary file of at most DICT_MAX_BYTES, so a hostile size is refused before it is read.
+DICT_BYTES_DEFAULT = 32 << 10
+DICT_MIN_BYTES = 1 << 10
+DICT_MAX_BYTES = 1 << 20
+
+
 def names_listed() -> str:
-    """"`none`, `lz4`, `zstd`": the names as serde lists a variant's alternatives in messages."""
+    """"`none`, `lz4`, `zstd`, `zstd_dict`": the names as serde lists a variant's alternatives in messages."""
     return ", ".join(f"`{name}`" for name in CODEC_NAMES)

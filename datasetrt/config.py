@@ -14,12 +14,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datasetrt.codecs import CODEC_NAMES, CONFIG_LEVEL_DEFAULT, CONFIG_LEVEL_MAX, CONFIG_LEVEL_MIN
+from datasetrt.codecs import (
+    CODEC_NAMES,
+    CONFIG_LEVEL_DEFAULT,
+    CONFIG_LEVEL_MAX,
+    CONFIG_LEVEL_MIN,
+    DICT_BYTES_DEFAULT,
+    DICT_MAX_BYTES,
+    DICT_MIN_BYTES,
+)
 from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.payloads import PAYLOAD_DTYPES, describe, dims_product, dtypes_listed, shape_problem
 from datasetrt.payloads import manifest_form as _manifest_form
 
-# The codec table's names ("none", "lz4", "zstd"); a Literal so pydantic reports `literal_error`.
+# The codec table's names ("none", "lz4", "zstd", "zstd_dict"); a Literal so pydantic reports `literal_error`.
 CompressionAlgo = Literal[CODEC_NAMES]  # type: ignore[valid-type]
 SamplingMode = Literal["draws", "permutation"]
 
@@ -31,10 +39,13 @@ _MISSING: Any = object()
 class ShardCompression(BaseModel):
     """Per-record payload compression policy of a cache.
 
-    `algo="zstd"` and `level` are datasetrt additions (dataset-rt 0.4.8 cannot read zstd caches).
-    Algorithms, the level default and bounds come from the codec table (datasetrt/codecs.py);
-    codecs without levels ignore `level`. `ratio` is advisory, as in dataset-rt: it is recorded
-    in the manifest and never checked.
+    `algo="zstd"`, `algo="zstd_dict"`, `level` and `dict_bytes` are datasetrt additions (dataset-rt
+    0.4.8 can read neither zstd nor zstd_dict caches). Algorithms, the level default and bounds
+    come from the codec table (datasetrt/codecs.py); codecs without levels ignore `level`.
+    `dict_bytes` is the most bytes zstd_dict's trained dictionary may have (1 KiB..1 MiB, default
+    32 KiB; other codecs ignore it); the writer trains it from the first records of each source
+    (format/dictionary.py). `ratio` is advisory, as in dataset-rt: it is recorded in the manifest
+    and never checked.
     Unknown keys are accepted and dropped, as dataset-rt's pydantic default does.
     """
 
@@ -43,6 +54,7 @@ class ShardCompression(BaseModel):
     algo: CompressionAlgo = "none"
     ratio: float = Field(default=1.0, gt=0)
     level: int = Field(default=CONFIG_LEVEL_DEFAULT, ge=CONFIG_LEVEL_MIN, le=CONFIG_LEVEL_MAX)
+    dict_bytes: int = Field(default=DICT_BYTES_DEFAULT, ge=DICT_MIN_BYTES, le=DICT_MAX_BYTES)
 
 
 class PayloadSpec(BaseModel):

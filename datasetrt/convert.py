@@ -4,13 +4,16 @@ Boundary: command-line arguments over `datasetrt.sources` and the public write A
 the command runs, so `datasetrt --help` stays light); knows no cache byte layout.
 
   datasetrt convert SRC... --out DIR [--payload-column C] [--metadata-columns C...]
-                    [--rename A=B...] [--index-column NAME] [--codec none|lz4|zstd] [--level N]
-                    [--name NAME...] [--workers N] [--no-progress]
+                    [--rename A=B...] [--index-column NAME] [--dtype D [--shape S]]
+                    [--codec none|lz4|zstd|zstd_dict] [--level N] [--dict-bytes N] [--name NAME...]
+                    [--workers N] [--no-progress]
 
 Each SRC (a file, or a directory of files of one kind) becomes the cache DIR/NAME (NAME defaults to
-the file name without its data suffixes, or the directory's name). Exit status 0 when every cache
-was written, 1 when any source failed (its error is printed; nothing of it is published), 2 on a
-usage error.
+the file name without its data suffixes, or the directory's name). Typed payloads: `--dtype` /
+`--shape` give the PayloadSpec, else a list payload column's type gives it (list<int32> ->
+int32[None]); every SRC must then have the same spec (byte payloads: none), which each manifest
+records. Exit status 0 when every cache was written, 1 when any source failed (its error is
+printed; nothing of it is published), 2 on a usage error (conflicting specs included).
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+from datasetrt.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,8 +38,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rename", action="extend", nargs="+", default=[], metavar="A=B",
                    help="store metadata column A as B")
     p.add_argument("--index-column", metavar="NAME", help="add the source row number as metadata column NAME")
-    p.add_argument("--codec", choices=("none", "lz4", "zstd"), default="none", help="payload compression")
-    p.add_argument("--level", type=int, default=3, help="zstd level (default 3)")
+    p.add_argument("--dtype", metavar="D", help="typed payloads of this numpy dtype (int32, float16, ...): list values "
+                   "are cast exactly, byte payloads must fit; default: inferred from a list payload column")
+    p.add_argument("--shape", metavar="S", help="with --dtype: comma-separated dims, None for the ragged one "
+                   "(512, None,3; '' for scalars); default None (one ragged dim)")
+    p.add_argument("--codec", choices=CODEC_NAMES, default="none", help="payload compression")
+    p.add_argument("--level", type=int, default=3, help="zstd / zstd_dict level (default 3)")
+    p.add_argument("--dict-bytes", type=int, default=DICT_BYTES_DEFAULT, metavar="N",
+                   help=f"zstd_dict: most bytes of the dictionary trained per cache (default {DICT_BYTES_DEFAULT})")
     p.add_argument("--name", action="extend", nargs="+", default=[], metavar="NAME",
                    help="cache names, one per SRC in order")
     p.add_argument("--workers", type=int, default=2, help="compression threads (default 2)")
@@ -50,6 +62,43 @@ def _renames(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _given_spec(dtype: str | None, shape: str | None) -> Any:
+    """The PayloadSpec of --dtype / --shape, or None; ValueError / ConfigError for bad values."""
+    from datasetrt.config import PayloadSpec
+
+    if dtype is None:
+        if shape is not None:
+            raise ValueError("--shape needs --dtype")
+        return None
+    text = "None" if shape is None else shape
+    try:
+        dims = tuple(None if d.strip() == "None" else int(d) for d in text.split(",")) if text.strip() else ()
+    except ValueError:
+        raise ValueError(f"--shape takes comma-separated integers and None, got {shape!r}") from None
+    return PayloadSpec(dtype, dims)
+
+
+def _common_spec(paths: list[Path], sources: list) -> Any:
+    """The payload spec every source gives (None: byte payloads); ValueError naming two SRC that
+    differ. A source whose spec cannot be read (a file pyarrow cannot open, a missing column) is
+    left to the write, which reports it as that source's failure."""
+    from datasetrt.errors import SourceError
+    from datasetrt.sources.base import describe_spec
+
+    first: tuple[Path, Any] | None = None
+    for path, source in zip(paths, sources):
+        try:
+            spec = source.payload_spec
+        except SourceError:
+            continue
+        if first is None:
+            first = path, spec
+        elif spec != first[1]:
+            raise ValueError(f"payload specs differ: {first[0]} gives {describe_spec(first[1])}, {path} gives {describe_spec(spec)}; "
+                             f"convert them in separate runs, or give --dtype/--shape to cast both to one spec")
+    return None if first is None else first[1]
+
+
 def run(args: argparse.Namespace) -> int:
     import datasetrt as drt
     from datasetrt.errors import DatasetRTError
@@ -57,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         renames = _renames(args.rename)
-    except ValueError as exc:
+        given = _given_spec(args.dtype, args.shape)
+    except (ValueError, DatasetRTError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.name and len(args.name) != len(args.sources):
@@ -66,10 +116,11 @@ def run(args: argparse.Namespace) -> int:
     names = args.name or [None] * len(args.sources)
     try:
         sources = [open_path(path, name, payload=args.payload_column, metadata=args.metadata_columns,
-                             rename=renames, index_column=args.index_column)
+                             rename=renames, index_column=args.index_column, payload_spec=given)
                    for path, name in zip(args.sources, names)]
-        config = drt.WriterConfig(show_progress=not args.no_progress,
-                                  shard_compression=drt.ShardCompression(algo=args.codec, level=args.level))
+        config = drt.WriterConfig(show_progress=not args.no_progress, payload_spec=_common_spec(args.sources, sources),
+                                  shard_compression=drt.ShardCompression(algo=args.codec, level=args.level,
+                                                                         dict_bytes=args.dict_bytes))
         with drt.DatasetRuntime(num_workers=max(1, args.workers)) as rt:
             results = rt.write_cache(sources, args.out, writer_config=config)
     except (DatasetRTError, ValueError) as exc:

@@ -1,13 +1,19 @@
 """`CachedDataset` and `DatasetRuntime`: orchestration of format, table, sampling and runtime.
 
 Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no record or batch
-assembly (runtime/samples.py, runtime/batches.py). This module wires open caches, the Polars
-table, the planner and the readers together and owns the dataset-level sampling state:
-`cursor` (ordered mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first
-`next()`, and `epoch_len` (None = the population size).
+assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
+two `to_torch_*` methods' lazy forwarding). This module wires open caches, the Polars table, the
+planner and the readers together and owns the dataset-level sampling state: `cursor` (ordered
+mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first `next()`, and
+`epoch_len` (None = the population size).
 
-Read path: `_reserve()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
+Read path: `reserve_window()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
 `ParallelRun` on the runtime's worker pool) -> `SampleBuilder.samples()` or `batches()`.
+
+Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
+`reserve_window`, `plan_window`, populations), read them (`read_window`) and keep the cursor
+(`cursor_state*`) through public methods, never this class's fields. Every window is built by
+`_window`, the one place that picks a planner.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +38,7 @@ from datasetrt.errors import (
     CacheFormatError,
     ConfigError,
     DatasetRTError,
+    LoaderStateError,
     MetadataTypeError,
     ResourceLimitError,
     SampleIndexError,
@@ -57,6 +65,7 @@ from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
 from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+from datasetrt.seam import CacheIdentity, CursorState, PopulationExport
 from datasetrt.table.catalog import CacheCatalog
 
 if TYPE_CHECKING:
@@ -73,6 +82,19 @@ def _check_seed(seed: Any) -> int:
     if seed > U64_MAX:
         raise ArgumentOverflowError(f"int too big to convert (seed={seed} is not a u64)")
     return seed
+
+
+_DATASETS: weakref.WeakSet[CachedDataset] = weakref.WeakSet()  # every open dataset
+
+
+def _fresh_locks_after_fork() -> None:
+    """A forked child gives every dataset a new lock: one held by another parent thread at the
+    fork would never be released here (torch DataLoader workers read their inherited dataset)."""
+    for ds in list(_DATASETS):
+        ds._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
 def _check_paths(paths: Any) -> list[Path]:
@@ -124,10 +146,12 @@ class CachedDataset:
         self._epoch_len: int | None = None
         self._cursor = 0
         self._draw_offset = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # replaced in a forked child (_fresh_locks_after_fork)
+        _DATASETS.add(self)
         self._thread_readers = threading.local()  # this thread's LocalReader (and the pid it was opened in)
         self._sample_builder = SampleBuilder(self._handles, self._catalog.cache_ids,
                                              check_embedded=reader_config.validate_cache)
+        self._other_builder: SampleBuilder | None = None  # the opposite embedded check (read_window)
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
         self._cache_set: CacheSet | None = None  # built at the first parallel read
@@ -154,18 +178,156 @@ class CachedDataset:
             raise ArgumentOverflowError(f"int too big to convert (epoch_len must be <= {sys.maxsize}, as len() requires)")
         self._epoch_len = epoch_len
 
-    def _reserve(self) -> Window:
-        """Reserve the next window (called at an iterator's first next())."""
+    def _window(self, population: Population, start: int, length: int, shuffle: bool | None = None,
+                seed: int | None = None) -> Window:
+        """The one place a window is built: `length` positions of the dataset's order over
+        `population` from dataset position `start` (dataset-rt's cursor or draw index)."""
+        shuffle = self.reader_config.shuffle if shuffle is None else shuffle
+        return Window(population, shuffle, self._seed if seed is None else seed, start, length)
+
+    def _next_window(self) -> Window:
+        """The window at the cursor (ordered) or draw offset (shuffled); call under the lock."""
+        start = self._draw_offset if self.reader_config.shuffle else self._cursor
+        return self._window(self._population, start, len(self))
+
+    # -- integration seam (docs/python-api.md, "Integration seam"): how an integration divides
+    # this dataset's windows among its own processes. A window is anything with `population`
+    # (opaque), `start` (a dataset position), `length`, `rows(first, count)` and
+    # `sub(first, count)` (a planner `Window` or a `PlanWindow`); integrations cut windows with
+    # `sub` and never compute dataset positions themselves.
+
+    def peek_window(self) -> Window:
+        """The window `iter(self)` would reserve next, not reserved (nothing moves)."""
         with self._lock:
-            population = self._population
-            length = len(self)
-            shuffle = self.reader_config.shuffle
-            start = self._draw_offset if shuffle else self._cursor
-            if shuffle:
-                self._draw_offset = advance(True, start, length, len(population))
+            return self._next_window()
+
+    def reserve_window(self) -> Window:
+        """Reserve the next window, as an iterator does at its first `next()`."""
+        with self._lock:
+            window = self._next_window()
+            n_rows = len(window.population)
+            if window.shuffle:
+                self._draw_offset = advance(True, window.start, window.length, n_rows)
             else:
-                self._cursor = advance(False, start, length, len(population))
-            return Window(population, shuffle, self._seed, start, length)
+                self._cursor = advance(False, window.start, window.length, n_rows)
+            return window
+
+    def plan_window(self, start: int, length: int, *, population: Population | None = None,
+                    shuffle: bool | None = None, seed: int | None = None) -> Window:
+        """`length` positions of the dataset's order from dataset position `start` over
+        `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
+        loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
+        running sums) now, once per population, so processes forked afterwards share them."""
+        population = self._population if population is None else population
+        window = self._window(population, start, length, shuffle, seed)
+        if window.shuffle and population.weighted and len(population):
+            population.cumulative()
+        return window
+
+    def population_rows(self, population: Population | None = None, *,
+                        expand_physical: bool = False) -> ActiveRows | None:
+        """`population`'s (default: the current one's) rows: cache_pos int64, sample_id uint64,
+        weights float64, in table order. The physical population is None, or with
+        `expand_physical` every physical sample with weight 1.0."""
+        population = self._population if population is None else population
+        return population.rows() if expand_physical else population.active
+
+    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray) -> Population:
+        """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
+        `plan_window`."""
+        return Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
+
+    def export_population(self, population: Population) -> PopulationExport | None:
+        """`population` as `import_population` rebuilds it in another process; None for the
+        physical population (nothing to ship)."""
+        described = population.columns()
+        return None if described is None else PopulationExport(*described)
+
+    def import_population(self, export: PopulationExport | None) -> Population:
+        """The population `export_population` exported (its arrays used as they are)."""
+        return Population.from_columns(self._catalog, None if export is None else export.columns,
+                                       {} if export is None else export.params)
+
+    def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
+                    in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
+        """The samples of `window` (or of a share of one) in window order, each passed through
+        `transform`: read as `iter(self)` reads (the runtime's workers if the dataset has them),
+        or with `in_process` by this thread's reader here (code that is itself a worker process).
+        `check_embedded` overrides validate_cache's check of embedded metadata."""
+        if window.length == 0:
+            return iter(())
+        builder = self._builder(check_embedded)
+        chunks = local_chunks(self._reader(), window, READ_BLOCK_ROWS) if in_process else self._chunks(window)
+        return builder.samples(chunks, transform)
+
+    def read_window_batches(self, window: Window, batch_size: int, *, with_metadata: bool = True,
+                            in_process: bool = False, check_embedded: bool | None = None,
+                            buffers: Any = None) -> Iterator[SampleBatch]:
+        """`window` (or a share of one) as `SampleBatch`es of `batch_size` consecutive positions
+        (the last one shorter), read as `iter_batches` reads (leased ring slots of the runtime's
+        workers, if the dataset has them), or with `in_process` by this thread's reader here.
+        `buffers` (in-process only): an object whose `take(nbytes)` returns a writable C-contiguous
+        uint8 numpy array of at least `nbytes` (e.g. a view of shared memory) that each batch is
+        gathered into in its final layout; default: recycled private buffers. `check_embedded` as
+        in `read_window`. Nothing is read before the first `next()`."""
+        if type(batch_size) is not int or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if buffers is not None and not in_process:
+            raise ConfigError("read_window_batches: buffers= needs in_process=True (ring slots are the runtime's)")
+        return self._window_batches(window, batch_size, False, with_metadata, self._builder(check_embedded),
+                                    in_process, buffers)
+
+    def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
+        """Columns `names` of the caches' own metadata tables (metadata.arrow) for the samples
+        (cache_id, sample_id) (uint64 arrays of one length n, ids this dataset holds): numeric
+        and boolean columns as numpy arrays, others as object arrays, each of n entries.
+        ConfigError naming a missing column. O(n) after the table's first decode."""
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise ArgumentTypeError("sample_columns() takes a list of column names")
+        table = self._arrow_table(None)
+        missing = [n for n in names if n not in table.column_names]
+        if missing:
+            raise ConfigError(f"no metadata column {missing[0]!r}; the columns are {table.column_names}")
+        catalog = self._catalog
+        rows = catalog.offsets[catalog.positions(np.asarray(cache_id, dtype=np.uint64))] + np.asarray(sample_id, dtype=np.int64)
+        part = table.select(list(names)).take(rows)
+        return {n: part.column(n).to_numpy() for n in names}
+
+    def _builder(self, check_embedded: bool | None) -> Any:
+        """The sample builder checking embedded metadata as `check_embedded` says (None: as
+        validate_cache says)."""
+        builder = self._sample_builder
+        if check_embedded is not None and check_embedded != builder.check_embedded:
+            if self._other_builder is None:
+                self._other_builder = builder.checking(check_embedded)
+            builder = self._other_builder
+        return builder
+
+    def cursor_state(self) -> CursorState:
+        """Cursor, draw offset, epoch length and their population, read together under the lock."""
+        with self._lock:
+            return CursorState(self._cursor, self._draw_offset, self._epoch_len, self._population)
+
+    def cursor_state_from(self, values: Mapping[str, Any]) -> CursorState:
+        """A saved `CursorState.as_dict()` checked against the current population (`ConfigError`)."""
+        population = self._population
+        state = CursorState(*CursorState.values_from(values), population)
+        if not state.valid_for(len(population)):
+            raise ConfigError(f"invalid cursor state {state.as_dict()!r} for a population of {len(population)} rows")
+        return state
+
+    def restore_cursor_state(self, state: CursorState) -> None:
+        """Make a checked `state` the dataset's cursor, under its lock (`LoaderStateError` if the
+        population changed since it was checked)."""
+        with self._lock:
+            if state.population is not self._population:
+                raise LoaderStateError("the dataset's table changed while its cursor state was restored")
+            self._cursor, self._draw_offset, self._epoch_len = state.cursor, state.draw_offset, state.epoch_len
+
+    def cache_identity(self) -> CacheIdentity:
+        """The caches' logical and physical identity (computed once)."""
+        caches = self._worker_caches()
+        return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, caches.cache_dirs, caches.key)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -182,8 +344,7 @@ class CachedDataset:
         return self._iterate()
 
     def _iterate(self) -> Iterator[CachedSample]:
-        window = self._reserve()
-        yield from self._sample_builder.samples(self._chunks(window))
+        yield from self.read_window(self.reserve_window())
 
     def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
         """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es
@@ -195,18 +356,22 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        yield from self._window_batches(self._reserve(), batch_size, drop_last, with_metadata)
+        yield from self._window_batches(self.reserve_window(), batch_size, drop_last, with_metadata,
+                                        self._sample_builder)
 
-    def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
+    def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool, builder: Any,
+                        in_process: bool = False, buffers: Any = None) -> Iterator[SampleBatch]:
         """`window` as SampleBatches of `batch_size` in order: leased ring slots through the
-        runtime's workers, or in-process batches gathered straight into private buffers."""
+        runtime's workers, or in-process batches gathered straight into private buffers (or
+        `buffers`' arrays). `builder` decides the embedded-metadata check."""
+        if window.length == 0:
+            return
         # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
-        builder = self._sample_builder
         check = builder.metadata if builder.check_embedded else None
         maker = BatchMaker(self._catalog.cache_ids, table, check, self._payload_spec)
-        shape = self._batch_shape(batch_size, drop_last)
-        if self._runtime is not None and self._runtime.parallel_reads:
+        shape = self._batch_shape(batch_size, drop_last, builder.check_embedded)
+        if not in_process and self._runtime is not None and self._runtime.parallel_reads:
             try:
                 packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape)
             except ResourceLimitError:
@@ -216,7 +381,7 @@ class CachedDataset:
                 yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
                 return
         else:
-            packed = local_batches(self._reader(), window, shape)
+            packed = local_batches(self._reader(), window, shape, buffers=buffers)
         try:
             # `yield from map`: no frame here keeps a batch once it is handed out, so the
             # consumer's references alone decide when a leased ring slot returns.
@@ -224,17 +389,18 @@ class CachedDataset:
         finally:
             packed.close()
 
-    def _batch_shape(self, batch_size: int, drop_last: bool) -> BatchShape:
+    def _batch_shape(self, batch_size: int, drop_last: bool, keep_json: bool) -> BatchShape:
         """How `iter_batches` cuts and checks a window: the payload spec's length rule, the
-        embedded JSON kept only for validate_cache, rows planned at the ring's record size."""
+        embedded JSON kept only when it is checked (validate_cache), rows planned at the ring's
+        record size."""
         spec = self._payload_spec
         check = PayloadCheck() if spec is None else PayloadCheck.of(spec.dtype, spec.shape)
-        return BatchShape(batch_size, drop_last, check, self._sample_builder.check_embedded, self._max_record_bytes())
+        return BatchShape(batch_size, drop_last, check, keep_json, self._max_record_bytes())
 
-    def _arrow_table(self, population: Population) -> Any:
+    def _arrow_table(self, population: Population | None) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
-        the frame that population was validated from, or the physical table."""
-        frame = population.table if population.table is not None else self._physical()
+        the frame that population was validated from, or the physical table (also for None)."""
+        frame = population.table if population is not None and population.table is not None else self._physical()
         if self._arrow_cache is None or self._arrow_cache[0] is not frame:
             self._arrow_cache = (frame, frame.to_arrow())
         return self._arrow_cache[1]
@@ -364,7 +530,7 @@ class CachedDataset:
     def __repr__(self) -> str:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
 
-    # -- PyTorch (datasetrt/integrations/torch.py, imported here lazily: the core never imports torch)
+    # -- PyTorch (datasetrt/integrations/torch/, imported here lazily: the core never imports torch)
 
     def to_torch_iterable_dataset(self) -> Any:
         """A sized `torch.utils.data.IterableDataset` over this dataset (docs/pytorch.md)."""
@@ -381,7 +547,7 @@ class CachedDataset:
     def to_torch_batches(self, batch_size: int, **kwargs: Any) -> Any:
         """A `torch.utils.data.DataLoader` of whole typed batches (dicts of tensors) whose workers
         gather each batch straight into shared-memory tensors (docs/pytorch.md)."""
-        from datasetrt.integrations.torch_batches import to_torch_batches
+        from datasetrt.integrations.torch import to_torch_batches
 
         return to_torch_batches(self, batch_size, **kwargs)
 

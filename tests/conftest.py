@@ -39,6 +39,19 @@ def sample_items(n: int, *, seed: int = 0, payload_bytes: int | None = None, tag
     return items
 
 
+def json_like_items(n: int, *, seed: int = 0, tag: str = "j"):
+    """n deterministic (payload, metadata) pairs whose payloads are small, similar JSON-like
+    records (~90-130 bytes): the corpus a zstd_dict dictionary is for, large enough to train one
+    from 200 records on."""
+    items = []
+    for i in range(n):
+        k = i + seed
+        payload = (f'{{"id": {k}, "user": "user-{k % 53:03d}", "kind": "{("click", "view", "buy")[k % 3]}", '
+                   f'"tags": ["t{k % 7}", "u{k % 11}"], "score": {k * 0.25}}}').encode()
+        items.append((payload, {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25 + seed}))
+    return items
+
+
 QUIET = drt.WriterConfig(show_progress=False)
 
 

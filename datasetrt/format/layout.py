@@ -19,6 +19,8 @@ STAGING_DIR = "tmp"
 # which dataset-rt ignores.
 CHECKSUMS_NAME = "checksums.xxh3"
 CHECKSUM_ALGO = "xxh3_64"
+# The zstd_dict codec's trained dictionary (format/dictionary.py), named in the same field.
+DICTIONARY_NAME = "dictionary.zstd"
 
 # Record sizes; the kernels use their twin, _ext/layout.pxd.
 INDEX_ROW_BYTES = 24  # u64 LE shard_id | u64 LE offset | u64 LE byte_len

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasetrt.codecs import CODEC_BY_NAME, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
+from datasetrt.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.errors import ManifestJSONError, MissingManifestError
 from datasetrt.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 from datasetrt.format.layout import (
@@ -112,6 +112,23 @@ class ChecksumSidecar:
     sha256: str
 
 
+@dataclass(frozen=True)
+class DictionaryFile:
+    """datasetrt extension: the zstd_dict codec's trained dictionary, one file per cache
+    (format/dictionary.py). `dict_id` is the id in its header, which every record's frame names;
+    `byte_len` its exact size (checked at open, <= DICT_MAX_BYTES)."""
+
+    file: str
+    dict_id: int
+    byte_len: int
+    sha256: str
+
+
+DICTIONARY_KEY = "zstd_dictionary"
+_DICTIONARY_FIELDS = ("file", "dict_id", "byte_len", "sha256")
+U32_MAX = (1 << 32) - 1
+
+
 # A typed cache's payload spec as the manifest holds it: (canonical dtype name, shape with None for
 # the ragged dim); `config.PayloadSpec` is built from it where pydantic and numpy are wanted.
 PayloadSpecForm = tuple[str, tuple]
@@ -120,7 +137,8 @@ PayloadSpecForm = tuple[str, tuple]
 @dataclass(frozen=True)
 class Manifest:
     """A parsed manifest. `cache_id` is None for v2 manifests (identity = position in paths).
-    `payload_spec` (datasetrt extension) is None for untyped caches."""
+    `payload_spec` (datasetrt extension) is None for untyped caches; `dictionary` (datasetrt
+    extension) names the trained dictionary of a cache whose shards use zstd_dict, else None."""
 
     format_version: int
     cache_id: int | None
@@ -133,6 +151,7 @@ class Manifest:
     checksums: ChecksumSidecar | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     payload_spec: PayloadSpecForm | None = None
+    dictionary: DictionaryFile | None = None
 
     def to_json(self) -> str:
         """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
@@ -171,6 +190,10 @@ class Manifest:
             doc[EXTENSION_KEY] = ext
         if self.payload_spec is not None:
             doc[EXTENSION_KEY] = {**doc.get(EXTENSION_KEY, {}), "payload_spec": manifest_form(*self.payload_spec)}
+        if self.dictionary is not None:
+            d = self.dictionary
+            entry = {"file": d.file, "dict_id": d.dict_id, "byte_len": d.byte_len, "sha256": d.sha256}
+            doc[EXTENSION_KEY] = {**doc.get(EXTENSION_KEY, {}), DICTIONARY_KEY: entry}
         return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -347,12 +370,14 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
     if isinstance(ext, dict) and "record_checksums" in ext:
         f = _Fields(path, ext["record_checksums"], f" in {EXTENSION_KEY}.record_checksums")
         file_name, algo = f.string("file"), f.string("algo")
-        if algo != CHECKSUM_ALGO or "/" in file_name or file_name in ("", ".", "..") or "\0" in file_name:
+        if algo != CHECKSUM_ALGO or not _plain_name(file_name):
             raise f._bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
         checksums = ChecksumSidecar(file=file_name, algo=algo, sha256=f.sha256("sha256"))
     payload_spec = None
     if isinstance(ext, dict) and "payload_spec" in ext:
         payload_spec = _payload_spec(path, ext["payload_spec"])
+    dictionary = _dictionary(path, ext[DICTIONARY_KEY]) if isinstance(ext, dict) and DICTIONARY_KEY in ext else None
+    _check_cache_state(path, shards, dictionary)
     extra = {k: v for k, v in doc.items() if k not in _KNOWN_KEYS} if len(doc) > len(_KNOWN_KEYS) - 1 else {}
     return Manifest(
         format_version=version,
@@ -366,7 +391,47 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
         checksums=checksums,
         extra=extra,
         payload_spec=payload_spec,
+        dictionary=dictionary,
     )
+
+
+def _plain_name(name: str) -> bool:
+    """A file name directly inside the cache directory (no separator, no `.`/`..`, no NUL)."""
+    return "/" not in name and name not in ("", ".", "..") and "\0" not in name
+
+
+def _dictionary(path: Path, value: Any) -> DictionaryFile:
+    """Strict parse of `datasetrt.zstd_dictionary`: exactly {file, dict_id, byte_len, sha256}, a
+    plain file name, a non-zero u32 id, 1..DICT_MAX_BYTES bytes. ManifestJSONError naming the
+    manifest and the key otherwise."""
+    f = _Fields(path, value, f" in {EXTENSION_KEY}.{DICTIONARY_KEY}")
+    for key in f.doc:
+        if key not in _DICTIONARY_FIELDS:
+            raise ManifestJSONError(
+                f"JSON error: unknown field `{key}`, expected one of `{'`, `'.join(_DICTIONARY_FIELDS)}`{f.where}: {path}")
+    file_name = f.string("file")
+    if not _plain_name(file_name):
+        raise f._bad("file", file_name, "a plain file name")
+    dict_id = f.uint("dict_id", maximum=U32_MAX)
+    if dict_id == 0:
+        raise f._bad("dict_id", dict_id, "a dictionary id in [1, 4294967295]")
+    byte_len = f.uint("byte_len", maximum=DICT_MAX_BYTES)
+    if byte_len == 0:
+        raise f._bad("byte_len", byte_len, f"a dictionary size in [1, {DICT_MAX_BYTES}]")
+    return DictionaryFile(file=file_name, dict_id=dict_id, byte_len=byte_len, sha256=f.sha256("sha256"))
+
+
+def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: DictionaryFile | None) -> None:
+    """Shards of a codec with per-cache state (zstd_dict) need the dictionary entry; a dictionary
+    with no shard using it is malformed state (a manifest edited or assembled from two caches)."""
+    users = [i for i, s in enumerate(shards) if CODEC_BY_NAME[s.algo].cache_state]
+    if users and dictionary is None:
+        raise ManifestJSONError(
+            f"JSON error: shards[{users[0]}] use {shards[users[0]].algo} but `{EXTENSION_KEY}.{DICTIONARY_KEY}` "
+            f"is missing: {path}")
+    if dictionary is not None and not users:
+        raise ManifestJSONError(
+            f"JSON error: `{EXTENSION_KEY}.{DICTIONARY_KEY}` names a dictionary but no shard uses zstd_dict: {path}")
 
 
 def _payload_spec(path: Path, value: Any) -> PayloadSpecForm:

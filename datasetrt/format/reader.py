@@ -5,8 +5,11 @@ inside the functions that need them (reader workers open caches without them). N
 of metadata.arrow, no sampling, no processes.
 
 Open cost (default): one manifest read + parse and a handful of stat() calls; no payload, index
-or metadata bytes are read. `validate_deep()` adds the sha256 of every file, an eager decode of
-metadata.arrow against the manifest schema, and a vectorised check of every index entry.
+or metadata bytes are read. A zstd_dict cache adds one read and sha256 of its dictionary file
+(at most 1 MiB, 64 KiB by default), so a missing, altered or foreign dictionary is refused at open.
+`validate_deep()` adds the sha256 of every file, an eager decode of metadata.arrow against the
+manifest schema, the dictionary loaded by the codec library, and a vectorised check of every index
+entry.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasetrt._native.gather import MappedFile
+from datasetrt._native.gather import DecodeState, MappedFile
+from datasetrt.codecs import CODEC_BY_NAME
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
+from datasetrt.format import dictionary
 from datasetrt.format.layout import (
     CHECKSUM_ROW_BYTES,
     INDEX_NAME,
@@ -59,20 +64,24 @@ class CacheHandle:
 
     Invariants after open: the manifest parsed; index.bin has exactly sample_count rows of 24
     bytes; every shard exists with size == byte_len; metadata.arrow exists; the checksum
-    sidecar (if the manifest names one) has sample_count rows of 8 bytes. The index and
-    sidecar are mapped lazily, once, read-only and shared (MAP_SHARED) on first use.
+    sidecar (if the manifest names one) has sample_count rows of 8 bytes; the zstd_dict
+    dictionary (if the manifest names one) has its size, sha256 and id. The index and sidecar
+    are mapped lazily, once, read-only and shared (MAP_SHARED) on first use; the codec state
+    (the prepared dictionary) is built lazily, once per handle.
     """
 
-    __slots__ = ("path", "manifest", "identity", "_index", "_checksums")
+    __slots__ = ("path", "manifest", "identity", "_index", "_checksums", "_codec_state")
 
     def __init__(self, path: Path, manifest: Manifest, identity: tuple = ()) -> None:
         self.path = path
         self.manifest = manifest
-        # (dev, inode, mtime_ns) of manifest.json and index.bin as opened: a cache replaced at the
-        # same path since then is a different cache (reader workers compare it before reading).
+        # (dev, inode, mtime_ns) of manifest.json and index.bin (and the dictionary, when there is
+        # one) as opened: a cache replaced at the same path since then is a different cache (reader
+        # workers compare it before reading).
         self.identity = identity
         self._index: MappedFile | None = None
         self._checksums: MappedFile | None = None
+        self._codec_state: DecodeState | None = None
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> CacheHandle:
@@ -102,6 +111,9 @@ class CacheHandle:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
         identity = (manifest_st.st_dev, manifest_st.st_ino, manifest_st.st_mtime_ns,
                     index_st.st_dev, index_st.st_ino, index_st.st_mtime_ns)
+        if manifest.dictionary is not None:
+            _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
+            identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
         return cls(Path(path), manifest, identity)
 
     @property
@@ -127,6 +139,20 @@ class CacheHandle:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {mapped.path}")
             self._checksums = mapped
         return self._checksums
+
+    def codec_state(self) -> DecodeState | None:
+        """The cache's prepared codec state (zstd_dict: its dictionary as a ZSTD_DDict), or None
+        for caches without one. Built once per handle from the file, checked again (size, sha256,
+        id: the file may have changed since open), and shared by every reading thread; holds about
+        the dictionary's size plus its entropy tables (`DecodeState.nbytes`)."""
+        entry = self.manifest.dictionary
+        if entry is None:
+            return None
+        if self._codec_state is None:
+            data, _st = dictionary.read_checked(self.path, entry)
+            codec_id = next(CODEC_BY_NAME[s.algo].codec_id for s in self.manifest.shards if CODEC_BY_NAME[s.algo].cache_state)
+            self._codec_state = DecodeState(codec_id, data, str(self.path / entry.file))
+        return self._codec_state
 
     def index_array(self) -> np.ndarray:
         """The index as a read-only (sample_count, 3) uint64 view of the mapping (zero copy)."""
@@ -219,6 +245,7 @@ class CacheHandle:
             _check_sha256(self.path / SHARDS_DIR / shard.name, shard.sha256)
         if m.checksums is not None:
             _check_sha256(self.path / m.checksums.file, m.checksums.sha256)
+        self.codec_state()  # the dictionary: size, sha256, id, and loaded by the codec library
         self.read_metadata(validating=True)
         index = self.index_array()
         if len(index):

@@ -21,8 +21,15 @@ Typed payloads: with `WriterConfig.payload_spec`, each payload is checked agains
 converted to its stored bytes by `format/typed.py` (a mismatch fails the source like any bad
 input), and the spec is recorded in the manifest's `datasetrt` section.
 
+zstd_dict (a codec with per-cache state): `_Blocks` holds the source's first blocks uncompressed
+until the training sample is full (or the source ends), trains the dictionary from it
+(format/dictionary.py: which records, the fallback to plain zstd when training fails), then
+compresses every block with it; the dictionary file is written with the other files, before the
+manifest, which names it. One prepared dictionary (`codec.EncodeState`) is shared by the threads.
+
 Memory: bounded by the in-flight compression blocks (`prefetch_size` records), the one block being
-written and the metadata columns (Arrow chunks of 65,536 rows plus one list chunk).
+written and the metadata columns (Arrow chunks of 65,536 rows plus one list chunk); zstd_dict adds
+its training sample (at most 32 x dict_bytes of payload or 65,536 records) while it is held.
 
 Shard bytes (see `_StagedCache.commit`): records reach the shard file in groups of about
 `GROUP_BYTES` (1 MiB: a group stays in the CPU cache between its passes; with 4+ MiB groups the
@@ -59,14 +66,15 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datasetrt._native import codec
-from datasetrt.codecs import CODEC_BY_NAME
-from datasetrt.config import ShardCompression, WriterConfig
+from datasetrt.codecs import CODEC_BY_NAME, Codec
+from datasetrt.config import WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
-from datasetrt.format import envelope
+from datasetrt.format import dictionary, envelope
 from datasetrt.format.durable import fsync_path, rename_noreplace, start_writeback
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     CHECKSUMS_NAME,
+    DICTIONARY_NAME,
     INDEX_NAME,
     MANIFEST_NAME,
     METADATA_NAME,
@@ -75,7 +83,7 @@ from datasetrt.format.layout import (
     cache_id_for,
     shard_name,
 )
-from datasetrt.format.manifest import ChecksumSidecar, ShardEntry, new_manifest
+from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntry, new_manifest
 from datasetrt.format.typed import TypedPayloads
 from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
@@ -185,12 +193,15 @@ class StageProfile:
 
 
 class _Compressor:
-    """Turns raw payloads into stored payloads for one compression policy (thread-confined: it
-    holds the codec's library context). The codec comes from the codec table (datasetrt/codecs.py)."""
+    """Turns raw payloads into stored payloads with one codec of the table (datasetrt/codecs.py) at
+    `level` (thread-confined: it holds the codec's library context). `state` is the cache's
+    prepared codec state (`codec.EncodeState`) for a codec that has one (zstd_dict), shared."""
 
-    def __init__(self, policy: ShardCompression) -> None:
-        self.codec = CODEC_BY_NAME[policy.algo]
-        self._encoder = None if self.codec.stores_raw else codec.Encoder(self.codec.codec_id, policy.level)
+    def __init__(self, codec_row: Codec, level: int, state: Any = None) -> None:
+        self.codec = codec_row
+        self.level = level
+        self.state = state
+        self._encoder = None if codec_row.stores_raw else codec.Encoder(codec_row.codec_id, level, state)
 
     def __call__(self, payloads: list) -> list:
         if self._encoder is None:
@@ -209,6 +220,8 @@ class _StagedCache:
         self.name = name
         self.config = config
         self.policy = config.shard_compression
+        self.algo = self.policy.algo  # what the shards record (`use_codec`: zstd_dict may fall back to zstd)
+        self.dictionary: bytes | None = None  # zstd_dict's trained dictionary, written at finish
         self.profile = profile
         (staging / SHARDS_DIR).mkdir(parents=True)
         self.schema: envelope.MetadataSchema | None = None
@@ -228,6 +241,13 @@ class _StagedCache:
         self.bytes_written = 0
 
     # -- records ----------------------------------------------------------------------------
+
+    def use_codec(self, algo: str, dictionary_bytes: bytes | None) -> None:
+        """The codec every record is stored with and its cache's dictionary (None: none); set
+        before the first record is committed."""
+        assert self.sample_count == 0 and not self.shards
+        self.algo = algo
+        self.dictionary = dictionary_bytes
 
     def accept_metadata(self, metadata: Any) -> tuple[bytes, tuple]:
         if self.schema is None:
@@ -345,7 +365,7 @@ class _StagedCache:
         os.fsync(f.fileno())
         f.close()
         self._shard_file = None
-        algo = self.policy.algo
+        algo = self.algo
         takes_level = CODEC_BY_NAME[algo].level is not None
         self.shards.append(
             ShardEntry(
@@ -388,6 +408,11 @@ class _StagedCache:
             sidecar = None
             if self.config.record_checksums:
                 sidecar = ChecksumSidecar(CHECKSUMS_NAME, CHECKSUM_ALGO, self._write_file(CHECKSUMS_NAME, _le_bytes(self.checksums)))
+            dict_file = None
+            if self.dictionary is not None:
+                data = self.dictionary
+                dict_file = DictionaryFile(DICTIONARY_NAME, dictionary.dictionary_id(data), len(data),
+                                           self._write_file(DICTIONARY_NAME, data))
         with self.profile.stage("finish_manifest"):
             manifest = new_manifest(
                 cache_id=cache_id_for(self.name),
@@ -398,6 +423,7 @@ class _StagedCache:
                 index_sha256=index_sha,
                 shards=tuple(self.shards),
                 checksums=sidecar,
+                dictionary=dict_file,
                 payload_spec=(spec.dtype, spec.shape) if (spec := self.config.payload_spec) is not None else None,
             )
             self._write_file(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
@@ -572,11 +598,8 @@ class SourceWriter:
         return CacheWriteSuccess(name, target), profile
 
     def _ingest(self, source: Any, staged: _StagedCache, profile: StageProfile) -> None:
-        compress = _Compressor(self.config.shard_compression)
-        block_limit = max(1, min(BLOCK_RECORDS, self.config.prefetch_size))
-        # Ordered commit: at most `max_inflight` compressed blocks wait in this deque.
-        max_inflight = max(1, self.config.prefetch_size // block_limit) + 1
-        inflight: deque[tuple[Future | list, list, list, list]] = deque()
+        blocks = _Blocks(self.config, staged, self.pool, profile, self.progress)
+        block_limit = blocks.block_limit
         try:
             iterator = iter(source)
         except (KeyboardInterrupt, SystemExit):
@@ -604,42 +627,100 @@ class SourceWriter:
             raw_lens.append(len(payload))
             values.append(row)
             if len(jsons) >= block_limit:
-                self._submit(compress, inflight, jsons, payloads, raw_lens, values, profile)
+                blocks.push(jsons, payloads, raw_lens, values)
                 jsons, payloads, raw_lens, values = [], [], [], []
-                while len(inflight) >= max_inflight:
-                    self._drain_one(inflight, staged, profile)
         if jsons:
-            self._submit(compress, inflight, jsons, payloads, raw_lens, values, profile)
-        while inflight:
-            self._drain_one(inflight, staged, profile)
+            blocks.push(jsons, payloads, raw_lens, values)
+        blocks.finish()
 
-    def _submit(self, compress, inflight, jsons, payloads, raw_lens, values, profile) -> None:
+
+class _Blocks:
+    """One source's blocks of encoded records on their way to the shards: compressed inline or on
+    the pool, committed in submission order, at most `max_inflight` compressed blocks waiting.
+
+    A codec with per-cache state (zstd_dict) compresses nothing before that state exists: blocks
+    are held uncompressed, in order, until the training sample is full or the source ends; then the
+    dictionary is trained (or training falls back to plain zstd: format/dictionary.py), the staged
+    cache is told which codec its shards record, and the held blocks go out first.
+    """
+
+    def __init__(self, config: WriterConfig, staged: _StagedCache, pool: Executor | None,
+                 profile: StageProfile, progress: Any) -> None:
+        self.policy = config.shard_compression
+        self.staged, self.pool, self.profile, self.progress = staged, pool, profile, progress
+        self.block_limit = max(1, min(BLOCK_RECORDS, config.prefetch_size))
+        self.max_inflight = max(1, config.prefetch_size // self.block_limit) + 1
+        self.inflight: deque[tuple[Future | list, list, list, list]] = deque()
+        self.held: list[tuple[list, list, list, list]] = []
+        row = CODEC_BY_NAME[self.policy.algo]
+        self.sample = dictionary.TrainingSample(self.policy.dict_bytes) if row.cache_state else None
+        self.compress: _Compressor | None = None
+        if self.sample is None:
+            self._use(row, None)
+
+    def push(self, jsons: list, payloads: list, raw_lens: list, values: list) -> None:
+        """Take the next block of the source (records in source order)."""
+        if self.compress is None:
+            self.held.append((jsons, payloads, raw_lens, values))
+            if self.sample.add(payloads):
+                self._train()
+            return
+        self._submit(jsons, payloads, raw_lens, values)
+
+    def finish(self) -> None:
+        """Every block committed (training first, on whatever sample there is, if still pending)."""
+        if self.compress is None:
+            self._train()
+        while self.inflight:
+            self._drain_one()
+
+    def _use(self, row: Codec, data: bytes | None) -> None:
+        state = codec.EncodeState(row.codec_id, data, self.policy.level) if data is not None else None
+        self.compress = _Compressor(row, self.policy.level, state)
+        self.staged.use_codec(row.name, data)
+
+    def _train(self) -> None:
+        sample, self.sample = self.sample, None
+        start = time.perf_counter_ns()
+        trained = dictionary.train(sample, self.policy.algo)
+        self._use(CODEC_BY_NAME[trained.algo], trained.dictionary)
+        self.profile.add("compression", time.perf_counter_ns() - start, sample.nbytes)  # training: part of compression
+        held, self.held = self.held, []
+        for block in held:
+            self._submit(*block)
+
+    def _submit(self, jsons: list, payloads: list, raw_lens: list, values: list) -> None:
+        compress = self.compress
         if compress.codec.stores_raw:
-            inflight.append((payloads, jsons, raw_lens, values))
+            self.inflight.append((payloads, jsons, raw_lens, values))
         elif self.pool is not None:
-            # Each pooled task gets its own compressor: zstd contexts are not thread-safe.
-            policy = self.config.shard_compression
-            inflight.append((self.pool.submit(_compress_block, policy, payloads), jsons, raw_lens, values))
+            # Each pooled task gets its own compressor: zstd contexts are not thread-safe (the
+            # prepared dictionary is, and is shared).
+            future = self.pool.submit(_compress_block, compress.codec, compress.level, compress.state, payloads)
+            self.inflight.append((future, jsons, raw_lens, values))
         else:
             start = time.perf_counter_ns()
             stored = compress(payloads)
-            profile.add("compression", time.perf_counter_ns() - start, sum(raw_lens))
-            inflight.append((stored, jsons, raw_lens, values))
+            self.profile.add("compression", time.perf_counter_ns() - start, sum(raw_lens))
+            self.inflight.append((stored, jsons, raw_lens, values))
+        while len(self.inflight) >= self.max_inflight:
+            self._drain_one()
 
-    def _drain_one(self, inflight, staged: _StagedCache, profile: StageProfile) -> None:
-        stored, jsons, raw_lens, values = inflight.popleft()
+    def _drain_one(self) -> None:
+        stored, jsons, raw_lens, values = self.inflight.popleft()
         if isinstance(stored, Future):
             stored = stored.result()
+        staged = self.staged
         before = staged.bytes_written
         start = time.perf_counter_ns()
         staged.commit(jsons, stored, raw_lens, values)
-        profile.add("disk_write", time.perf_counter_ns() - start, staged.bytes_written - before)
+        self.profile.add("disk_write", time.perf_counter_ns() - start, staged.bytes_written - before)
         if self.progress is not None:
             self.progress.advance(len(jsons), sum(raw_lens))  # payload MB/s, before compression
 
 
-def _compress_block(policy: ShardCompression, payloads: list) -> list:
-    return _Compressor(policy)(payloads)
+def _compress_block(codec_row: Codec, level: int, state: Any, payloads: list) -> list:
+    return _Compressor(codec_row, level, state)(payloads)
 
 
 def _guarded(iterator: Iterator, profile: StageProfile) -> Iterator:

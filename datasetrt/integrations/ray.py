@@ -15,6 +15,10 @@ How a build runs:
     mapping and writes cache `<prefix>-<build>-<k:05d>`; when that cache already exists (an
     earlier run, or an attempt that died after publishing) it is kept after a check (its manifest
     opens, its source name matches and it holds the group's row count) and nothing is read.
+Typed payloads: the build has one PayloadSpec, given (`payload_spec=` or `writer_config.payload_spec`)
+or inferred on the driver from the dataset's schema (a list payload column; Ray Data runs at most its
+first block to learn it); every task casts and checks its rows against it and every manifest
+records it, so `CachedDataset(build.paths).payload_spec` is that spec.
 Names depend only on the input and the build (group index + `build`: the `build_id` given, else a
 fingerprint of the column mapping, the writer's byte-affecting settings, rows_per_cache and the
 dataset's input files with their sizes and modification times), never on the cluster size or the
@@ -34,9 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 from datasetrt.dataset import DatasetRuntime
-from datasetrt.errors import ArgumentTypeError, ConfigError
+from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
 from datasetrt.records import CacheSourcesDatasetError, CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource
 
@@ -70,6 +76,8 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
 
     The column mapping is `columns=Columns(...)` or the keywords of the sources (`payload=`,
     `metadata=`, `rename=`, `payload_spec=`, `index_column=`, which numbers rows dataset-wide).
+    The payload spec (see the module docstring) may also come from `writer_config.payload_spec`;
+    two different given specs are a ConfigError.
     Each task asks Ray for `num_cpus` CPUs (and compresses with that many threads) and is
     retried up to `max_retries` times when its worker dies. Per-group failures are values in
     `results`; the build goes on with the other groups.
@@ -87,11 +95,11 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
         if value is not None and (not isinstance(value, str) or not value or "/" in value or value in (".", "..")):
             raise ConfigError(f"{label} must be a non-empty name without '/', got {value!r}")
     base = Path(base).absolute()
+    columns, task_config = _typed(dataset, columns, writer_config)
     build = build_id if build_id is not None else fingerprint(dataset, columns, writer_config, rows_per_cache)
     in_flight = max_tasks_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     task = ray.remote(_write_group).options(max_retries=max_retries, num_cpus=num_cpus,
                                             retry_exceptions=False)
-    task_config = writer_config.model_copy(update={"show_progress": False})
     threads = max(1, int(num_cpus))
     progress = _progress(writer_config.show_progress)
     results: dict[int, Any] = {}
@@ -127,6 +135,26 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
     ordered = [results[g] for g in sorted(results)]
     paths = [r.path for r in ordered if isinstance(r, CacheWriteSuccess)]
     return RayBuild(ordered, paths, build, rows)
+
+
+def _typed(dataset: Any, columns: Columns, writer_config: WriterConfig) -> tuple[Columns, WriterConfig]:
+    """The column mapping and writer settings of every task, both with the build's payload spec
+    (None for byte payloads). A schema the mapping cannot read (no payload column) is left to the
+    tasks, which report it per group."""
+    given, configured = columns.payload_spec, writer_config.payload_spec
+    if given is not None and configured is not None and given != configured:
+        raise ConfigError(f"payload_spec {given} differs from writer_config.payload_spec {configured}")
+    spec = configured if given is None else given
+    if spec is None:
+        schema = dataset.schema()
+        if schema is not None and isinstance(schema.base_schema, pa.Schema):
+            try:
+                spec = columns.spec_for(schema.base_schema, "Ray dataset")
+            except SourceError:
+                spec = None
+    if given is None and spec is not None:
+        columns = columns.with_spec(spec)
+    return columns, writer_config.model_copy(update={"show_progress": False, "payload_spec": spec})
 
 
 def fingerprint(dataset: Any, columns: Columns, writer_config: WriterConfig, rows_per_cache: int) -> str:

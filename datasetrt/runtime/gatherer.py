@@ -6,6 +6,10 @@ its tables are `array.array`s and every buffer argument may be a numpy array or 
 
 Descriptor budget: at most `max_open_shards` shard files are open at once; when a block needs
 more, every cache not in the block is closed first (bounded, O(caches) per eviction).
+
+Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
+`CacheHandle` (built once per handle and process) when the cache is first opened here; its address
+sits in the per-cache `codec_state` table the kernel reads, and the handle keeps it alive.
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ class Gatherer:
 
     Numpy-free (flat tables are `array.array`s), so reader worker processes can use it without
     importing numpy. Invariants: the flat tables never change shape after construction;
-    `shard_fd[s] >= 0` iff shard s is open; a cache's index mapping is taken from its
-    `CacheHandle` (shared by every reader in the process and by all processes through the page
-    cache).
+    `shard_fd[s] >= 0` iff shard s is open; a cache's index mapping and codec state are taken from
+    its `CacheHandle` (shared by every reader in the process; the index by all processes through
+    the page cache).
     """
 
     def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
@@ -49,6 +53,7 @@ class Gatherer:
         self.index_addr = array("Q", bytes(8 * n))
         self.index_rows = array("Q", [h.sample_count for h in self.handles])
         self.cksum_addr = array("Q", bytes(8 * n))
+        self.codec_state = array("Q", bytes(8 * n))  # DecodeState.address per cache, 0 for none
         self.shard_count = array("q", [len(h.manifest.shards) for h in self.handles])
         self.shard_base = array("q", itertools.accumulate(self.shard_count[:-1], initial=0)) if n else array("q")
         shards = [s for h in self.handles for s in h.manifest.shards]
@@ -90,9 +95,11 @@ class Gatherer:
         if not self._mapped[k]:
             index = handle.index_map()
             sidecar = handle.checksum_map() if self.verify_records else None
-            self._maps[k] = (index, sidecar)
+            state = handle.codec_state()
+            self._maps[k] = (index, sidecar, state)
             self.index_addr[k] = index.address
             self.cksum_addr[k] = sidecar.address if sidecar is not None else 0
+            self.codec_state[k] = state.address if state is not None else 0
             self._mapped[k] = True
         base = self.shard_base[k]
         for j, path in enumerate(handle.shard_paths()):
@@ -148,7 +155,7 @@ class Gatherer:
         self._prepare(cache_pos)
         return native.gather(
             self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
-            self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+            self.codec_state, self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
             cache_pos, sample_id, out, json_off, json_len, data_off, data_len,
             self._scratch, self.labels, self.shard_names,
         )
@@ -165,7 +172,7 @@ class Gatherer:
         self._prepare(cache_pos)
         return native.gather_batch(
             self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
-            self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+            self.codec_state, self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
             cache_pos, sample_id, out, offsets, json_off, json_len, check.record_bytes, check.unit_bytes,
             self._scratch, self.labels, self.shard_names, check.label,
         )

@@ -28,8 +28,8 @@ class ActiveRows:
 
     `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
     positive, finite) have one entry per active row, duplicates included, in table order.
-    `weights` may be None where only the precomputed cumulative sums travel (a spawned torch
-    DataLoader worker maps them from the population snapshot).
+    `weights` may be None where only the precomputed cumulative sums travel (a population
+    rebuilt by `Population.from_columns`, e.g. in a spawned torch DataLoader worker).
     Lives here, not in table/, so that planning never imports Polars.
     """
 
@@ -44,9 +44,10 @@ class ActiveRows:
 class Population:
     """The rows a window draws from: either all physical samples or the validated active rows.
 
-    `cum`/`scale` may be given precomputed (a spawned torch DataLoader worker maps them from the
-    population snapshot, runtime/snapshot.py). `table` is opaque here: the table this population
-    was validated from (batch metadata reads its rows), or None for the physical population."""
+    `cum`/`scale` may be given precomputed (`from_columns`: a spawned torch DataLoader worker maps
+    them from its population snapshot). `table` is opaque here: the table
+    this population was validated from (batch metadata reads its rows), or None for the physical
+    population."""
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
                  cum: np.ndarray | None = None, scale: float = 0.0, table: object = None) -> None:
@@ -77,6 +78,37 @@ class Population:
             self._cum, self._scale = draws.weighted_cumulative(self.active.weights)
         return self._cum, self._scale
 
+    def rows(self) -> ActiveRows:
+        """The active rows, or every physical sample in physical order with weight 1.0 (24 B per
+        row, vectorised)."""
+        if self.active is not None:
+            return self.active
+        cache_pos, sample_id = self.catalog.locate(np.arange(self.catalog.total, dtype=np.int64))
+        return ActiveRows(cache_pos, sample_id, np.ones(len(cache_pos), dtype=np.float64))
+
+    def columns(self) -> tuple[dict[str, np.ndarray], dict[str, float]] | None:
+        """What rebuilds this population in another process (`from_columns`): columns of one
+        entry per row — cache_pos int64, sample_id uint64, cum float64 (the weighted sampler's
+        running sums, computed here once; the last entry is padding) — and the sampler's scale.
+        None for the physical population (rebuilt from the catalog alone)."""
+        if self.active is None:
+            return None
+        cum, scale = self.cumulative()
+        padded = np.zeros(len(self.active), dtype=np.float64)
+        padded[: len(cum)] = cum
+        return {"cache_pos": self.active.cache_pos, "sample_id": self.active.sample_id, "cum": padded}, {"scale": scale}
+
+    @classmethod
+    def from_columns(cls, catalog: CacheCatalog, columns: dict[str, np.ndarray] | None,
+                     params: dict[str, float]) -> Population:
+        """The population `columns()` described (arrays used as they are: views of a mapped file
+        stay views), or the physical population for None."""
+        if columns is None:
+            return cls(catalog)
+        cum = columns["cum"][: max(len(columns["cum"]) - 1, 0)]
+        return cls(catalog, ActiveRows(columns["cache_pos"], columns["sample_id"], None), cum=cum,
+                   scale=params["scale"])
+
 
 @dataclass(frozen=True)
 class Window:
@@ -98,6 +130,12 @@ class Window:
             cum, scale = self.population.cumulative()
             return draws.weighted_draws(self.seed, cum, scale, begin, count).astype(np.int64)
         return draws.uniform_draws(self.seed, n, begin, count).astype(np.int64)
+
+    def sub(self, first: int, count: int) -> Window:
+        """The window of this window's positions [first, first+count), as `PlanWindow.sub` cuts
+        one; positions past `length` continue the same stream (the windows reserved after it)."""
+        return Window(self.population, self.shuffle, self.seed,
+                      advance(self.shuffle, self.start, first, len(self.population)), count)
 
 
 def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:

@@ -5,7 +5,9 @@ datasets, numpy arrays and in-memory Arrow data; they know nothing of the cache 
 processes (the writer validates and stores what they yield).
 
 Every source takes the same column mapping (`payload=`, `metadata=`, `rename=`, `payload_spec=`,
-`index_column=`, `batch_bytes=`; see `Columns`) and is usable with `rt.write_cache([...], base)`.
+`index_column=`, `batch_bytes=`; see `Columns`) and is usable with `rt.write_cache([...], base)`;
+its `payload_spec` (a `datasetrt.PayloadSpec`, given or inferred from a list column) goes in
+`WriterConfig(payload_spec=...)` so the cache records its type.
 `open_path(path, name, ...)` picks the adapter for a file or directory by its suffix.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 from datasetrt.errors import ConfigError
 from datasetrt.sources.arrays import NumpySource
 from datasetrt.sources.base import BatchSource, RecordBatchSource
-from datasetrt.sources.columns import Columns, PayloadLayout
+from datasetrt.sources.columns import Columns
 from datasetrt.sources.files import (
     ARROW_SUFFIXES,
     JSONL_SUFFIXES,
@@ -31,7 +33,7 @@ from datasetrt.sources.hf import HFDatasetSource
 
 __all__ = [
     "ArrowSource", "BatchSource", "Columns", "HFDatasetSource", "JsonLinesSource", "NumpySource",
-    "ParquetSource", "PayloadLayout", "RecordBatchSource", "default_name", "open_path",
+    "ParquetSource", "RecordBatchSource", "default_name", "open_path",
 ]
 
 _KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from datasetrt.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.sources.base import BatchSource, Part
-from datasetrt.sources.columns import LEAF_DTYPES, PayloadLayout, Where
+from datasetrt.sources.columns import LEAF_DTYPES, Where
 
 PAYLOAD = "data"  # the payload column's name inside the Arrow batches this source builds
 
@@ -23,10 +24,11 @@ PAYLOAD = "data"  # the payload column's name inside the Arrow batches this sour
 class NumpySource(BatchSource):
     """Payloads from numpy, one cache.
 
-    `data` of shape [N, *shape]: record i is data[i] (typed payload: data.dtype, `shape`).
+    `data` of shape [N, *shape]: record i is data[i] (`payload_spec` PayloadSpec(data.dtype, shape)).
     With `offsets` (int, len N+1, non-decreasing, offsets[0] == 0 and offsets[-1] == len(data)):
-    `data` is [M, *inner] and record i is data[offsets[i]:offsets[i+1]] (ragged payload shape
-    (None, *inner); offsets are cu_seqlens). `metadata` maps names to 1-D arrays of length N (bool,
+    `data` is [M, *inner] and record i is data[offsets[i]:offsets[i+1]] (ragged: PayloadSpec(
+    data.dtype, (None, *inner)); offsets are cu_seqlens). A given `payload_spec` casts and reshapes
+    as for list columns (see `Columns`). `metadata` maps names to 1-D arrays of length N (bool,
     int, uint, float, str). Arrays are read in slices of about `batch_bytes`, so an
     `np.load(..., mmap_mode="r")` array is read a slice at a time. Errors name the row.
     """
@@ -52,7 +54,7 @@ class NumpySource(BatchSource):
             self.offsets = offsets
         if payload_spec is None:  # the array's own layout: a scalar record has shape ()
             shape = data.shape[1:] if offsets is None else (None, *data.shape[1:])
-            payload_spec = PayloadLayout(data.dtype, tuple(shape))
+            payload_spec = PayloadSpec(data.dtype.name, tuple(shape))
         metadata = dict(metadata or {})
         if PAYLOAD in metadata:
             raise ConfigError(f"metadata column name {PAYLOAD!r} is taken by the payload here; rename it")

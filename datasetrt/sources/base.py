@@ -11,12 +11,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from datasetrt.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
 from datasetrt.records import CacheInput
-from datasetrt.sources.columns import BatchConverter, Columns, PayloadLayout, Where
+from datasetrt.sources.columns import Columns, Where
 
 BATCH_BYTES = 8 << 20  # conversion works on record batches of about this many input bytes
 MAX_BATCH_ROWS = 65_536
+_UNKNOWN: Any = object()
 
 
 class Part:
@@ -33,8 +35,9 @@ class BatchSource:
     """A CacheSource over record batches: subclasses implement `_parts()` (and `__len__` when cheap).
 
     Iterating reads one record batch at a time (about `batch_bytes` of input); nothing else of the
-    input is held. The column mapping is given by keywords (see `Columns`) or as `columns=`. `payload_layout` is the typed layout of the payloads (dtype, shape) once the
-    first part's schema has been bound, or the given spec; None for byte payloads without a spec.
+    input is held. The column mapping is given by keywords (see `Columns`) or as `columns=`.
+    Every part (file) must give payloads of one spec: the given `payload_spec`, else the first
+    part's inferred one (see `payload_spec`).
     """
 
     def __init__(self, name: str, *, payload: str | None = None, metadata: Sequence[str] | None = None,
@@ -48,7 +51,24 @@ class BatchSource:
         self.name = name
         self.columns = Columns.of(columns, payload, metadata, rename, payload_spec, index_column)
         self.batch_bytes = batch_bytes
-        self.payload_layout: PayloadLayout | None = self.columns.layout
+        self._spec: PayloadSpec | None = _UNKNOWN if self.columns.payload_spec is None else self.columns.payload_spec
+
+    @property
+    def payload_spec(self) -> PayloadSpec | None:
+        """The PayloadSpec of this source's payloads: the one given, else inferred from the payload
+        column's type in the first part's schema (`list<int32>` -> `int32[None]`,
+        `fixed_size_list<float32, 3>` -> `float32[3]`); None for byte payloads without a spec and
+        for a source with no parts. Before iteration, reading it opens the first part for its schema
+        only (a Parquet footer, an IPC schema, the first block of JSON text, one batch of a dataset).
+        Write with `WriterConfig(payload_spec=source.payload_spec)` to record it in the manifest."""
+        if self._spec is _UNKNOWN:
+            parts = self._parts()
+            try:
+                part = next(parts, None)
+            finally:
+                parts.close()
+            self._spec = None if part is None else self.columns.spec_for(part.schema, part.label)
+        return self._spec
 
     def _parts(self) -> Iterator[Part]:
         raise NotImplementedError
@@ -58,31 +78,26 @@ class BatchSource:
         return int(max(1, min(MAX_BATCH_ROWS, self.batch_bytes // max(1.0, row_bytes))))
 
     def __iter__(self) -> Iterator[CacheInput]:
-        first: tuple[str, PayloadLayout | None] | None = None
+        first: tuple[str, PayloadSpec | None] | None = None
         for part in self._parts():
             converter = self.columns.bind(part.schema, part.label)
-            first = self._same_layout(first, part.label, converter)
+            spec = converter.spec
+            if first is None:
+                first = part.label, spec
+                self._spec = spec
+            elif spec != first[1]:
+                raise SourceInputError(f"{part.label}: payload spec {describe_spec(spec)} differs from "
+                                       f"{describe_spec(first[1])} of {first[0]}; give a payload_spec to cast them to one")
             for where, batch in part.batches:
                 yield from converter.records(batch, where)
-
-    def _same_layout(self, first: tuple[str, PayloadLayout | None] | None, label: str,
-                     converter: BatchConverter) -> tuple[str, PayloadLayout | None]:
-        """Every part of one source must give payloads of one layout (or all bytes)."""
-        layout = converter.layout
-        if first is None:
-            self.payload_layout = layout
-            return label, layout
-        if first[1] != layout:
-            raise SourceInputError(f"{label}: payload layout {_describe(layout)} differs from {_describe(first[1])} "
-                                   f"of {first[0]}; give a payload_spec to cast them to one")
-        return first
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 
 
-def _describe(layout: PayloadLayout | None) -> str:
-    return "bytes" if layout is None else f"{layout.dtype.name} {layout.shape}"
+def describe_spec(spec: PayloadSpec | None) -> str:
+    """A source's spec as messages show it: `int32[None]`, or `none (bytes)`."""
+    return "none (bytes)" if spec is None else str(spec)
 
 
 def slices(batch: pa.RecordBatch, rows: int) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -93,7 +108,8 @@ def slices(batch: pa.RecordBatch, rows: int) -> Iterator[tuple[int, pa.RecordBat
 
 class RecordBatchSource(BatchSource):
     """A CacheSource over Arrow data already at hand: a pyarrow Table, a RecordBatchReader, or an
-    iterable of RecordBatches/Tables sharing one schema (read once, in order; `description` names
+    iterable of RecordBatches/Tables sharing one schema (an iterator or reader is read once, in
+    order: reading `payload_spec` first keeps its first batch for the write; `description` names
     it in errors). Tables are converted in slices of about `batch_bytes`. Rows are numbered from
     `first_row` (in errors and the index column): the position of this data in a larger whole."""
 
@@ -117,6 +133,8 @@ class RecordBatchSource(BatchSource):
         head = next(iterator, None)
         if head is None:
             return
+        if iterator is data or isinstance(data, pa.RecordBatchReader):  # one-shot input: the next
+            self.data = _chain(head, iterator)  # pass (after `payload_spec` peeked) starts at the head
         yield Part(self.description, head.schema, self._batches(head, iterator))
 
     def _batches(self, head: Any, rest: Iterator) -> Iterator[tuple[Where, pa.RecordBatch]]:

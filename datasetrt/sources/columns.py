@@ -9,9 +9,9 @@ Payload column types:
   string, large_string, string_view                       -> the UTF-8 bytes
   struct<bytes: binary, ...> (HF Image / Audio features) -> the encoded file bytes
   list / large_list / fixed_size_list of numbers, nested  -> a typed payload: one numpy array per
-    fixed_size_lists inside (list<fixed_size_list<f32,3>>)   record, C order; the layout (dtype,
-                                                             shape, None = the ragged dim) is
-                                                             inferred from the Arrow type or given
+    fixed_size_lists inside (list<fixed_size_list<f32,3>>)   record, C order; its PayloadSpec
+                                                             (dtype, shape, None = the ragged dim)
+                                                             is inferred from the Arrow type or given
 Metadata column types: bool; int8..int64, uint8..uint64 (values must fit int64); float16/32/64
 (finite); string, large_string, string_view; dictionaries of those (decoded). Anything else is
 refused by type (nested: list, struct, map, ...; unsupported: binary, timestamps, decimals, null)
@@ -23,17 +23,20 @@ view or bytes and its metadata dict): no per-value Python work.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from datasetrt.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
+from datasetrt.payloads import dims_product
 from datasetrt.records import CacheInput
 
 INT64_MAX = (1 << 63) - 1
@@ -48,42 +51,14 @@ LEAF_DTYPES = {
 }
 
 
-class PayloadLayout(NamedTuple):
-    """The typed layout of payloads: numpy dtype and shape (None marks the ragged dim)."""
-
-    dtype: np.dtype
-    shape: tuple
-
-    @property
-    def ragged_axis(self) -> int | None:
-        return self.shape.index(None) if None in self.shape else None
-
-    @property
-    def unit_elements(self) -> int:
-        """Elements per step along the ragged dim (dense: per record)."""
-        return math.prod(d for d in self.shape if d is not None)
-
-
-def layout_of(spec: Any) -> PayloadLayout:
-    """A PayloadLayout from a PayloadSpec-like object (`.dtype`, `.shape`) or a (dtype, shape) pair."""
-    if isinstance(spec, PayloadLayout):
+def as_spec(spec: Any) -> PayloadSpec:
+    """`spec` as a PayloadSpec: a PayloadSpec itself, or a (dtype, shape) pair (ConfigError when
+    the pair is not a valid spec)."""
+    if isinstance(spec, PayloadSpec):
         return spec
-    if hasattr(spec, "dtype") and hasattr(spec, "shape"):
-        dtype, shape = spec.dtype, spec.shape
-    elif isinstance(spec, tuple) and len(spec) == 2:
-        dtype, shape = spec
-    else:
-        raise ArgumentTypeError(f"payload_spec must be a PayloadSpec, got {type(spec).__name__}")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError as exc:
-        raise ConfigError(f"payload_spec dtype {dtype!r} is not a numpy dtype: {exc}") from None
-    if dt not in LEAF_DTYPES.values() and dt.kind != "c":
-        raise ConfigError(f"payload_spec dtype {dt} is not a number or bool dtype")
-    shape = tuple(shape)
-    if sum(d is None for d in shape) > 1 or any(d is not None and (not isinstance(d, int) or d < 0) for d in shape):
-        raise ConfigError(f"payload_spec shape {shape} must be ints >= 0 with at most one None")
-    return PayloadLayout(dt, shape)
+    if isinstance(spec, tuple) and len(spec) == 2:
+        return PayloadSpec(*spec)
+    raise ArgumentTypeError(f"payload_spec must be a PayloadSpec or a (dtype, shape) pair, got {type(spec).__name__}")
 
 
 @dataclass(frozen=True)
@@ -120,9 +95,10 @@ class Columns:
     `payload=None` picks the one binary column of the schema. `metadata=None` takes every other
     column; `[]` takes none. `index_column`, when given, adds the source-wide row number (int,
     0-based) as a metadata column of that name: a cache needs at least one metadata column.
-    `payload_spec` (a PayloadSpec, or a (dtype, shape) pair) fixes the typed layout; list payloads
-    are cast to its dtype when every value survives the cast exactly, and each record must fit
-    its shape; byte payloads must have a length that fits it. Picklable (sent to Ray tasks).
+    `payload_spec` (a PayloadSpec, or a (dtype, shape) pair) fixes the payloads' type instead of
+    inferring it from the payload column's Arrow type: list payloads are cast to its dtype when
+    every value survives the cast exactly, and each record must fit its shape; byte payloads must
+    have a length that fits it. Picklable (sent to Ray tasks).
     """
 
     def __init__(self, payload: str | None = None, metadata: Sequence[str] | None = None, *,
@@ -140,7 +116,7 @@ class Columns:
         self.payload = payload
         self.metadata = None if metadata is None else tuple(metadata)
         self.rename = rename
-        self.layout = None if payload_spec is None else layout_of(payload_spec)
+        self.payload_spec = None if payload_spec is None else as_spec(payload_spec)
         self.index_column = index_column
         if self.metadata is not None and payload in self.metadata:
             raise ConfigError(f"column {payload!r} cannot be both the payload and metadata")
@@ -165,15 +141,33 @@ class Columns:
         return {
             "payload": self.payload, "metadata": None if self.metadata is None else list(self.metadata),
             "rename": dict(sorted(self.rename.items())), "index_column": self.index_column,
-            "payload_spec": None if self.layout is None else [self.layout.dtype.name, list(self.layout.shape)],
+            "payload_spec": None if self.payload_spec is None else [self.payload_spec.dtype, list(self.payload_spec.shape)],
         }
+
+    def with_spec(self, spec: PayloadSpec | None) -> Columns:
+        """A copy of this mapping (of its class) whose payload_spec is `spec`."""
+        out = copy.copy(self)
+        out.payload_spec = spec
+        return out
+
+    def spec_for(self, schema: pa.Schema, source: str) -> PayloadSpec | None:
+        """The spec of the payloads of `schema` (of the file or dataset named `source`): the given
+        one, else inferred from the payload column's type (list<int32> -> int32[None],
+        fixed_size_list<float32, 3> -> float32[3]); None for byte payloads without a spec. Reads
+        the schema only; metadata columns are checked by `bind`."""
+        payload = self._payload_column(schema, source)
+        return _payload_values(payload, schema.field(payload).type, self.payload_spec, source).spec
+
+    def _payload_column(self, schema: pa.Schema, source: str) -> str:
+        payload = self.payload if self.payload is not None else _infer_payload(schema, source)
+        if payload not in schema.names:
+            raise SourceInputError(f"{source}: payload column {payload!r} not found (columns: {', '.join(schema.names)})")
+        return payload
 
     def bind(self, schema: pa.Schema, source: str) -> BatchConverter:
         """Check `schema` (of the file or dataset named `source`) against the mapping."""
         names = schema.names
-        payload = self.payload if self.payload is not None else _infer_payload(schema, source)
-        if payload not in names:
-            raise SourceInputError(f"{source}: payload column {payload!r} not found (columns: {', '.join(names)})")
+        payload = self._payload_column(schema, source)
         if self.metadata is None:
             metadata = [n for n in names if n != payload]
         else:
@@ -192,7 +186,7 @@ class Columns:
         _check_output_names(outputs, source)
         for column in metadata:
             _metadata_type(column, schema.field(column).type, source)
-        return BatchConverter(payload, schema.field(payload).type, metadata, outputs, self.layout,
+        return BatchConverter(payload, schema.field(payload).type, metadata, outputs, self.payload_spec,
                               self.index_column is not None, source)
 
 
@@ -256,18 +250,18 @@ class BatchConverter:
     """Converts record batches of one bound schema (`columns`: the input columns to read)."""
 
     def __init__(self, payload: str, payload_type: pa.DataType, metadata: list[str], outputs: list[str],
-                 layout: PayloadLayout | None, with_index: bool, source: str) -> None:
+                 spec: PayloadSpec | None, with_index: bool, source: str) -> None:
         self.payload = payload
         self.metadata = metadata
         self.outputs = outputs
         self.with_index = with_index
         self.columns = [payload, *metadata]
-        self.payload_values = _payload_values(payload, payload_type, layout, source)
+        self.payload_values = _payload_values(payload, payload_type, spec, source)
 
     @property
-    def layout(self) -> PayloadLayout | None:
-        """The typed layout of this schema's payloads (None: bytes without a spec)."""
-        return self.payload_values.layout
+    def spec(self) -> PayloadSpec | None:
+        """The spec of this schema's payloads (None: bytes without a spec)."""
+        return self.payload_values.spec
 
     def records(self, batch: pa.RecordBatch, where: Where) -> Iterator[CacheInput]:
         """CacheInput items of `batch`, in order (the batch's columns by name)."""
@@ -318,13 +312,13 @@ def _metadata_values(array: pa.Array, column: str, where: Where) -> list:
     return values.tolist()
 
 
-def _payload_values(column: str, t: pa.DataType, layout: PayloadLayout | None, source: str):
+def _payload_values(column: str, t: pa.DataType, spec: PayloadSpec | None, source: str):
     if _is_binary(t) or _is_string(t):
-        return _BytePayloads(column, t, layout)
+        return _BytePayloads(column, t, spec)
     if _is_encoded_file(t):
-        return _EncodedFilePayloads(column, t, layout)
+        return _EncodedFilePayloads(column, t, spec)
     if _is_list(t) or pa.types.is_fixed_size_list(t):
-        return _TypedPayloads(column, t, layout, source)
+        return _TypedPayloads(column, t, spec, source)
     what = "nested" if _is_nested(t) else "unsupported"
     raise SourceInputError(f"{source}: payload column {column!r} has {what} type {t}; a payload must be binary, "
                            f"string, an encoded file (struct with a binary 'bytes' field), or a list / "
@@ -333,12 +327,12 @@ def _payload_values(column: str, t: pa.DataType, layout: PayloadLayout | None, s
 
 class _BytePayloads:
     """Payloads of a binary or string column: zero-copy views of the column's data buffer (the
-    writer copies each record once). With a layout, each length must fit it."""
+    writer copies each record once). With a spec, each length must fit it."""
 
-    def __init__(self, column: str, t: pa.DataType, layout: PayloadLayout | None) -> None:
+    def __init__(self, column: str, t: pa.DataType, spec: PayloadSpec | None) -> None:
         self.column = column
         self.type = t
-        self.layout = layout
+        self.spec = spec
         if pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t) or pa.types.is_string_view(t):
             self.cast = pa.large_binary()
         elif pa.types.is_large_string(t):
@@ -356,21 +350,19 @@ class _BytePayloads:
         offsets_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
         _, offsets_buf, data_buf = array.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset: array.offset + len(array) + 1]
-        if self.layout is not None:
+        if self.spec is not None:
             self._check_lengths(np.diff(offsets), where)
         data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
         bounds = offsets.tolist()
         return [data[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
     def _check_lengths(self, lengths: np.ndarray, where: Where) -> None:
-        layout = self.layout
-        step = layout.unit_elements * layout.dtype.itemsize
-        bad = lengths != step if layout.ragged_axis is None else (lengths % step != 0 if step else lengths != 0)
+        spec = self.spec
+        bad = lengths != spec.record_bytes if spec.dense else lengths % spec.unit_bytes != 0
         if bad.any():
             row = _first(bad)
-            need = f"{step} bytes" if layout.ragged_axis is None else f"a multiple of {step} bytes"
             raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} holds {int(lengths[row])} bytes; "
-                                   f"payload spec {layout.dtype.name} {layout.shape} needs {need}")
+                                   f"payload spec {spec} needs {spec.expected_bytes()}")
 
 
 def _is_encoded_file(t: pa.DataType) -> bool:
@@ -385,8 +377,8 @@ class _EncodedFilePayloads(_BytePayloads):
     """Payloads of an encoded-file struct column: the encoded bytes (the image or audio file as
     stored), never decoded. A row stored by path only (null bytes) is refused by row."""
 
-    def __init__(self, column: str, t: pa.DataType, layout: PayloadLayout | None) -> None:
-        super().__init__(column, t.field("bytes").type, layout)
+    def __init__(self, column: str, t: pa.DataType, spec: PayloadSpec | None) -> None:
+        super().__init__(column, t.field("bytes").type, spec)
         self.struct_type = t
 
     def __call__(self, array: pa.Array, where: Where) -> list:
@@ -403,9 +395,9 @@ class _EncodedFilePayloads(_BytePayloads):
 
 class _TypedPayloads:
     """Payloads of a list column: one numpy array view per record (C order, dtype and shape of the
-    layout). The leaf values of a batch are taken as one flat numpy array; records are slices."""
+    spec). The leaf values of a batch are taken as one flat numpy array; records are slices."""
 
-    def __init__(self, column: str, t: pa.DataType, layout: PayloadLayout | None, source: str) -> None:
+    def __init__(self, column: str, t: pa.DataType, spec: PayloadSpec | None, source: str) -> None:
         self.column = column
         self.type = t
         ragged = _is_list(t)
@@ -422,7 +414,13 @@ class _TypedPayloads:
         self.leaf_dtype = LEAF_DTYPES[leaf]
         self.ragged = ragged
         self.inner = tuple(inner)
-        self.layout = layout or PayloadLayout(self.leaf_dtype, (None, *inner) if ragged else tuple(inner))
+        if spec is None:
+            try:
+                spec = PayloadSpec(self.leaf_dtype.name, (None, *inner) if ragged else tuple(inner))
+            except ConfigError as exc:
+                raise SourceInputError(f"{source}: payload column {column!r} has type {t}: {exc}") from None
+        self.spec = spec
+        self.dtype = np.dtype(spec.dtype)
 
     def __call__(self, array: pa.Array, where: Where) -> list:
         if array.null_count:
@@ -443,13 +441,12 @@ class _TypedPayloads:
             raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} ({self.type}) has a null "
                                    f"element (index {element - int(offsets[row])} of the record)")
         values = leaf.to_numpy(zero_copy_only=False)
-        layout = self.layout
-        if values.dtype != layout.dtype:
+        if values.dtype != self.dtype:
             values = self._cast(values, offsets, where)
-        return _split(values, offsets, counts, layout, self.column, where)
+        return _split(values, offsets, counts, self.spec, self.column, where)
 
     def _cast(self, values: np.ndarray, offsets: np.ndarray, where: Where) -> np.ndarray:
-        target = self.layout.dtype
+        target = self.dtype
         with np.errstate(all="ignore"):
             cast = values.astype(target)
             exact = cast.astype(values.dtype) == values
@@ -461,31 +458,29 @@ class _TypedPayloads:
         return cast
 
 
-def _split(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, layout: PayloadLayout, column: str,
+def _split(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, spec: PayloadSpec, column: str,
            where: Where) -> list:
-    """Per-record views of `values` (record i = values[offsets[i]:offsets[i+1]]) in `layout`'s shape."""
-    axis = layout.ragged_axis
-    unit = layout.unit_elements
-    if axis is None:
-        bad = counts != unit
-    else:
-        bad = counts % unit != 0 if unit else counts != 0
+    """Per-record views of `values` (record i = values[offsets[i]:offsets[i+1]]) in `spec`'s shape."""
+    axis = spec.ragged_axis
+    shape = spec.shape
+    unit = dims_product(shape, axis)  # elements per record (dense) or per ragged step (> 0)
+    bad = counts != unit if axis is None else counts % unit != 0
     if bad.any():
         row = _first(bad)
         need = f"{unit} elements" if axis is None else f"a multiple of {unit} elements"
         raise SourceInputError(f"{where.at(row)}: payload column {column!r} holds {int(counts[row])} elements; "
-                               f"payload shape {layout.shape} needs {need}")
+                               f"payload spec {spec} needs {need}")
     n = len(counts)
     if axis is None:
-        return list(values.reshape(n, *layout.shape))
-    bounds = offsets.tolist()
+        return list(values.reshape(n, *shape))
     if axis == 0:
-        steps = values.reshape(-1, *layout.shape[1:]) if unit else values.reshape(0, *layout.shape[1:])
-        cuts = (offsets // unit).tolist() if unit else [0] * (n + 1)
+        steps = values.reshape(-1, *shape[1:])
+        cuts = (offsets // unit).tolist()
         return [steps[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
-    shape = list(layout.shape)
+    bounds = offsets.tolist()
+    dims = list(shape)
     out = []
     for a, b in zip(bounds[:-1], bounds[1:]):  # ragged inner axis: a reshape per record
-        shape[axis] = (b - a) // unit
-        out.append(values[a:b].reshape(shape))
+        dims[axis] = (b - a) // unit
+        out.append(values[a:b].reshape(dims))
     return out

@@ -180,6 +180,32 @@ def test_a_failing_group_is_an_error_value_and_the_others_are_written(cluster, t
     no_leftovers(base, ["part-bad-00000", "part-bad-00001"])
 
 
+def test_a_typed_column_builds_caches_that_record_its_spec(cluster, tmp_path):
+    tokens = [list(range(i, i + i % 11)) for i in range(500)]
+    table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32())), "label": [i % 5 for i in range(500)]})
+    spec = drt.PayloadSpec("int32", (None,))
+    build = write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=200, payload="tokens",
+                         writer_config=QUIET, build_id="typed")
+    ds = drt.CachedDataset(build.paths, reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert ds.payload_spec == spec  # inferred from the dataset's schema, recorded by every cache
+    assert [ds.payload_spec.decode(s.data).tolist() for s in ds] == tokens
+    typed = QUIET.model_copy(update={"payload_spec": spec})
+    with drt.DatasetRuntime(num_workers=1) as rt:  # each cache equals a local typed write of its rows
+        for k, path in enumerate(build.paths):
+            source = RecordBatchSource(path.name, table.slice(k * 200, 200), first_row=k * 200, payload="tokens")
+            (local,) = rt.write_cache([source], tmp_path / "local", writer_config=typed)
+            assert files(path) == files(local.path), path
+    # a given spec casts every group and is checked against the writer's
+    small = write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=500, payload="tokens",
+                         payload_spec=drt.PayloadSpec("int16", (None,)), writer_config=QUIET, build_id="int16")
+    ds16 = drt.CachedDataset(small.paths, reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert ds16.payload_spec == drt.PayloadSpec("int16", (None,))
+    assert [ds16.payload_spec.decode(s.data).tolist() for s in ds16] == tokens
+    with pytest.raises(drt.errors.ConfigError, match=r"payload_spec int16\[None\] differs from writer_config"):
+        write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=200, payload="tokens",
+                     payload_spec=("int16", (None,)), writer_config=typed)
+
+
 def test_arguments_are_checked_before_anything_runs(cluster, tmp_path):
     from datasetrt.errors import ArgumentTypeError, ConfigError
 

@@ -105,3 +105,73 @@ def test_a_corrupt_file_after_good_ones_fails_the_source(tmp_path, runtime):
     assert isinstance(result, drt.CacheWriteError)
     assert f"{tmp_path / 'd' / '1.parquet'}: cannot read" in result.message
     assert not (tmp_path / "out" / "d").exists() and os.listdir(tmp_path / "out" / "tmp") == []
+
+
+def typed_table(n: int) -> pa.Table:
+    return pa.table({
+        "tokens": pa.array([list(range(i, i + i % 9)) for i in range(n)], pa.list_(pa.int32())),
+        "xyz": pa.array([[i, i / 4, -i] for i in range(n)], pa.list_(pa.float32(), 3)),
+        "points": pa.array([[[i, -j] for j in range(i % 4)] for i in range(n)], pa.large_list(pa.list_(pa.int16(), 2))),
+        "doc": list(range(n)),
+    })
+
+
+@pytest.mark.parametrize("column, spec", [("tokens", drt.PayloadSpec("int32", (None,))),
+                                          ("xyz", drt.PayloadSpec("float32", (3,))),
+                                          ("points", drt.PayloadSpec("int16", (None, 2)))])
+def test_typed_parquet_columns_round_trip_through_the_manifest_spec(tmp_path, runtime, column, spec):
+    t = typed_table(260)
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=100)
+    source = ParquetSource(column, tmp_path / "t.parquet", payload=column, metadata=["doc"], batch_bytes=1024)
+    assert source.payload_spec == spec  # read from the footer, before iteration
+    (result,) = runtime.write_cache([source], tmp_path / "c", writer_config=writer_config(
+        "zstd", payload_spec=source.payload_spec, max_shard_bytes=2048))
+    ds = drt.CachedDataset([result.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert ds.payload_spec == spec
+    rows = [ds.payload_spec.decode(s.data) for s in ds]
+    assert all(r.dtype == np.dtype(spec.dtype) for r in rows)
+    assert [r.tolist() for r in rows] == t.column(column).to_pylist()
+
+
+def test_numpy_2d_input_round_trips_as_a_dense_spec(tmp_path, runtime):
+    data = np.arange(200 * 6, dtype=np.float64).reshape(200, 6) / 3
+    source = NumpySource("m", data, index_column="row", batch_bytes=512)
+    (result,) = runtime.write_cache([source], tmp_path, writer_config=writer_config(payload_spec=source.payload_spec))
+    ds = drt.CachedDataset([result.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert ds.payload_spec == drt.PayloadSpec("float64", (6,))
+    np.testing.assert_array_equal(np.stack([ds.payload_spec.decode(s.data) for s in ds]), data)
+
+
+def test_records_that_do_not_fit_the_spec_fail_the_source_naming_file_row_and_column(tmp_path, runtime):
+    tokens = [[i, i + 1, i + 2, i + 3] for i in range(120)]
+    tokens[37] = [1, 2, 3, 4, 5]
+    pq.write_table(pa.table({"tokens": tokens, "doc": range(120)}), tmp_path / "t.parquet", row_group_size=30)
+    wide = [[0] * 4 for _ in range(120)]
+    wide[99] = [0, 0, 70_000, 0]
+    pq.write_table(pa.table({"tokens": wide, "doc": range(120)}), tmp_path / "w.parquet", row_group_size=50)
+    spec = drt.PayloadSpec("int16", (4,))
+    base = tmp_path / "caches"
+    shape, dtype = runtime.write_cache(
+        [ParquetSource(name, tmp_path / f"{name[0]}.parquet", payload="tokens", payload_spec=spec)
+         for name in ("t", "w")], base, writer_config=writer_config(payload_spec=spec))
+    assert isinstance(shape, drt.CacheWriteError) and isinstance(dtype, drt.CacheWriteError)
+    assert shape.message == (f"Python error: SourceInputError: {tmp_path / 't.parquet'}: row group 1, row 37 (row 7 of "
+                             f"the row group): payload column 'tokens' holds 5 elements; payload spec int16[4] needs "
+                             f"4 elements")
+    assert dtype.message == (f"Python error: SourceInputError: {tmp_path / 'w.parquet'}: row group 1, row 99 (row 49 "
+                             f"of the row group): payload column 'tokens' value 70000 (int64) does not fit payload "
+                             f"spec dtype int16")
+    assert os.listdir(base / "tmp") == [] and sorted(os.listdir(base)) == ["tmp"]
+
+
+def test_files_of_one_source_with_different_specs_are_refused(tmp_path, runtime):
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"ids": pa.array([[1]], pa.list_(pa.int32())), "n": [0]}), tmp_path / "d" / "0.parquet")
+    pq.write_table(pa.table({"ids": pa.array([[2]], pa.list_(pa.int64())), "n": [1]}), tmp_path / "d" / "1.parquet")
+    source = ParquetSource("d", tmp_path / "d", payload="ids")
+    (result,) = runtime.write_cache([source], tmp_path / "out", writer_config=writer_config(
+        payload_spec=source.payload_spec))
+    assert isinstance(result, drt.CacheWriteError)
+    assert result.message == (f"Python error: SourceInputError: {tmp_path / 'd' / '1.parquet'}: payload spec "
+                              f"int64[None] differs from int32[None] of {tmp_path / 'd' / '0.parquet'}; give a "
+                              f"payload_spec to cast them to one")

@@ -253,30 +253,6 @@ def test_parent_cursor_is_untouched_by_worker_passes(paths):
     assert np.array_equal([s.sample_id for s in ds], np.arange(10, 20))
 
 
-# -- worker shares against a plain model --------------------------------------------------------------
-
-
-@pytest.mark.parametrize("shuffle", [False, True])
-def test_worker_shares_partition_the_window(paths, shuffle):
-    from datasetrt.integrations.torch import _Share
-    from datasetrt.sampling.planner import Window
-
-    ds = open_ds(paths, update=True)
-    population = ds._population
-    for length, block, workers, first_block in [(1, 1, 1, 0), (37, 1, 3, 0), (100, 16, 2, 0), (100, 17, 3, 2),
-                                                  (64, 16, 4, 1), (5, 8, 3, 0), (250, 40, 2, 3)]:
-        window = Window(population, shuffle, 99, 12345, length)
-        plan = window.rows(0, length)
-        blocks = [plan[i:i + block] for i in range(first_block * block, length, block)]
-        for worker in range(workers):
-            share = _Share(window, worker, workers, block, first_block)
-            expected = np.concatenate(blocks[worker::workers]) if blocks[worker::workers] else np.empty(0, np.int64)
-            assert share.length == len(expected)
-            if share.length:
-                got = np.concatenate([share.rows(i, min(7, share.length - i)) for i in range(0, share.length, 7)])
-                assert np.array_equal(got, expected)
-
-
 # -- main-process resume ----------------------------------------------------------------------------
 
 

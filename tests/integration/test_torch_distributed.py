@@ -1,7 +1,9 @@
-"""Multi-rank `to_torch_dataloader` (docs/distributed.md): the rank-share arithmetic against a
-plain model of reference §3.3, every rank's share of one global plan (ranks simulated in-process
-through the torchrun environment variables), exact and elastic resume, and real
+"""Multi-rank `to_torch_dataloader` (docs/distributed.md): every rank's share of one global plan
+(ranks simulated in-process through the torchrun environment variables), exact and elastic
+resume, and real
 `torchrun --standalone --nproc-per-node=2` launches (gloo, CPU) checked against the in-process plan.
+The rank-share arithmetic against reference §3.3 and the layouts are torch-free:
+tests/unit/integrations/test_torch_plan.py.
 """
 
 from __future__ import annotations
@@ -14,19 +16,17 @@ import sys
 import warnings
 from collections import Counter
 
-import numpy as np
 import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
 import datasetrt as drt  # noqa: E402
 from datasetrt._native.draws import derive_seed  # noqa: E402
 from datasetrt.errors import ConfigError  # noqa: E402
-from datasetrt.integrations import torch as dtorch  # noqa: E402
-from datasetrt.integrations.torch import _Layout, capture_replica, rank_count, rank_share  # noqa: E402
+from datasetrt.integrations.torch import distributed as dtorch  # noqa: E402
+from datasetrt.integrations.torch.distributed import capture_replica  # noqa: E402
+from datasetrt.integrations.torch.plan import rank_count, rank_share  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 CONFIGS = {  # 43 rows (caches of 29 + 14)
@@ -107,55 +107,6 @@ def check_shares(plan_epochs, rank_epochs, world, batch_size, drop_last):
         assert {len(rank_epochs[r][e]) for r in range(world)} == {math.ceil(per / batch_size)}
         assert all(len(m) == per and is_subsequence(m, extended) for m in mine)
         assert Counter(map(tuple, sum(mine, []))) == Counter(map(tuple, extended))
-
-
-# -- rank-share arithmetic against a plain model of reference §3.3 ----------------------------------------
-
-
-def model_share(n, world, batch, drop_last):
-    """Reference §3.3 item 3, literally: per-rank ceil(N/R), or B*floor(N/(R*B)) with drop_last."""
-    per = batch * math.floor(n / (world * batch)) if drop_last else math.ceil(n / world)
-    m = per * world
-    text = None
-    if m != n:
-        text = (f"samples_per_epoch adjusted: requested {n} global samples, effective {m}; "
-                f"{'padded' if m > n else 'discarded'} {abs(m - n)} for equal rank batch counts")
-    return per, m, text
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 10**6), st.integers(1, 64), st.integers(1, 512), st.booleans())
-def test_rank_share_matches_reference_model(n, world, batch, drop_last):
-    share = rank_share(n, world, batch, drop_last)
-    per, m, text = model_share(n, world, batch, drop_last)
-    assert (share.per_rank, share.effective, share.message) == (per, m, text)
-    assert share.padded == max(0, m - n) and share.discarded == max(0, n - m)
-    assert share.padded < world and (share.padded == 0 or not drop_last)
-    stride = rank_count(n, 1, batch, drop_last)  # the global plan's positions per pass (any world size)
-    assert rank_count(stride, world, batch, drop_last) == per
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(1, 120), st.integers(1, 6), st.integers(1, 9), st.booleans(), st.integers(1, 6), st.data())
-def test_layouts_cover_the_pass_exactly(n, world, batch, drop_last, new_world, data):
-    """Every rank's positions: equal counts, together the remaining positions once plus the padding
-    (the pass's first positions again), and after s full batches a prefix; also when a pass started
-    under `world` ranks resumes under `new_world` ranks."""
-    total = rank_count(n, 1, batch, drop_last)
-    first = _Layout(total, 0, batch, drop_last, 0, world)
-    steps = data.draw(st.integers(0, max(0, first.batches - 1)))
-    start = min(steps * world * batch, total)
-    layouts = [_Layout(total, start, batch, drop_last, r, new_world) for r in range(new_world)]
-    per = rank_count(total - start, new_world, batch, drop_last)
-    got = [lay.positions(np.arange(lay.per_rank)).tolist() for lay in layouts]
-    assert all(len(g) == per for g in got)
-    assert Counter(sum(got, [])) == Counter((start + i) % total for i in range(per * new_world))
-    assert all(g == sorted(g) or start + per * new_world > total for g in got)
-    for s in range(per // batch + 1):  # batches that are full on every rank
-        consumed = sorted(sum((g[:s * batch] for g in got), []))
-        assert consumed == sorted((start + i) % total for i in range(s * new_world * batch))
-    if drop_last:
-        assert per % batch == 0 and start + per * new_world <= total
 
 
 # -- in-process ranks (RANK / WORLD_SIZE) -------------------------------------------------------------------

@@ -11,7 +11,7 @@ import datasetrt as drt
 from datasetrt.errors import ArgumentTypeError, BatchReleasedError, ConfigError
 from tests.conftest import ListSource, writer_config
 
-CODECS = ["none", "lz4", "zstd"]
+CODECS = ["none", "lz4", "zstd", "zstd_dict"]
 
 
 @pytest.fixture(scope="module")

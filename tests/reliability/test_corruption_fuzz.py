@@ -1,6 +1,6 @@
-"""Corruption fuzzer: every file of small caches (none, lz4, zstd; XXH3 sidecar) damaged at
-random, read with validate_cache False and True, in-process and (every 10th case) through
-forked reader workers.
+"""Corruption fuzzer: every file of small caches (none, lz4, zstd, zstd_dict with its dictionary
+file; XXH3 sidecar) damaged at random, read with validate_cache False and True, in-process and
+(every 10th case) through forked reader workers.
 
 Contract checked per case: opening + get_metadata() + a full ordered read either returns exactly
 the original samples (data, metadata, cache_id, sample_id) or raises a datasetrt error; never a
@@ -8,7 +8,7 @@ different sample, never a foreign exception (so never a bare MemoryError from a 
 never a hang (each probe runs under a deadline, parallel reads under worker_timeout_s).
 
 Hypothesis is derandomized (fixed, reproducible example stream; no example database), so CI runs
-the same 1,050 cases every time. Outcome counts are printed at the end of the module (run with
+the same 1,400 cases every time. Outcome counts are printed at the end of the module (run with
 -s or -rA to see them) and recorded in docs/reliability.md.
 """
 
@@ -30,9 +30,11 @@ import datasetrt as drt
 from datasetrt.errors import IntegrityError, WorkerCrashedError, WorkerTimeoutError
 from tests.reliability import is_typed, probe, reader_config, write_template
 
-ALGOS = ("none", "lz4", "zstd")
+ALGOS = ("none", "lz4", "zstd", "zstd_dict")
 N_SAMPLES = 6
-CASES_PER_ALGO = 350  # 1,050 cases by default
+# zstd_dict trains its dictionary from at least 7 records (fewer fall back to plain zstd frames)
+TEMPLATE_SAMPLES = {"zstd_dict": 8}
+CASES_PER_ALGO = 350  # 1,400 cases by default
 PARALLEL_EVERY = 10
 HOSTILE_U64 = (0, 1, 7, 8, 23, 24, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**53, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
 
@@ -52,8 +54,9 @@ def templates(tmp_path_factory):
     out = {}
     for algo in ALGOS:
         # small shards so every cache has several, and swaps between shards are possible
-        path = write_template(base, f"fuzz-{algo}", N_SAMPLES, algo, max_shard_bytes=400)
-        sibling = write_template(base / "sib", f"fuzz-{algo}", N_SAMPLES + 1, algo, max_shard_bytes=400)
+        n = TEMPLATE_SAMPLES.get(algo, N_SAMPLES)
+        path = write_template(base, f"fuzz-{algo}", n, algo, max_shard_bytes=400)
+        sibling = write_template(base / "sib", f"fuzz-{algo}", n + 1, algo, max_shard_bytes=400)
         clean = probe(path, validate=True)
         assert clean.stage is None, clean.error
         out[algo] = (path, sibling, clean.samples, clean.table)
@@ -221,6 +224,7 @@ def test_corrupted_cache_is_identical_or_typed_error(templates, fork_rt, algo):
     files = _files(template[0])
     sizes = {f: (template[0] / f).stat().st_size for f in files}
     assert {"manifest.json", "metadata.arrow", "index.bin", "checksums.xxh3"} <= set(files)
+    assert ("dictionary.zstd" in files) == (algo == "zstd_dict")  # the dictionary file is fuzzed too
     assert sum(f.startswith("shards/") for f in files) >= 2
 
     @FUZZ
@@ -232,7 +236,7 @@ def test_corrupted_cache_is_identical_or_typed_error(templates, fork_rt, algo):
 
 
 def test_fuzzer_ran_enough_cases():
-    assert CASES["n"] >= 1000, CASES
+    assert CASES["n"] >= len(ALGOS) * CASES_PER_ALGO, CASES
     assert sum(n for (where, _, _), n in OUTCOMES.items() if where == "fork") >= 2 * (1000 // PARALLEL_EVERY)
 
 

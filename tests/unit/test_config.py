@@ -1,7 +1,7 @@
 """Config models: dataset-rt 0.4.8 field compatibility (§1.2), freezing, extra-key policy, limits.
 
-datasetrt additions checked here: WriterConfig.record_checksums, ShardCompression.level and
-algo="zstd", ReaderConfig.verify_records. Other additions are allowed as long as every
+datasetrt additions checked here: WriterConfig.record_checksums, ShardCompression.level,
+ShardCompression.dict_bytes and algo="zstd" / "zstd_dict", ReaderConfig.verify_records. Other additions are allowed as long as every
 dataset-rt field keeps its default.
 """
 
@@ -32,7 +32,7 @@ def _error_types(exc_info) -> set[str]:
 def test_writer_defaults_equal_dataset_rt_plus_additions():
     dump = drt.WriterConfig().model_dump()
     expected = dict(REFERENCE_WRITER_DUMP)
-    expected["shard_compression"] = {"algo": "none", "ratio": 1.0, "level": 3}
+    expected["shard_compression"] = {"algo": "none", "ratio": 1.0, "level": 3, "dict_bytes": 32768}
     expected["record_checksums"] = True
     assert {k: dump[k] for k in expected} == expected
     assert list(dump)[: len(REFERENCE_WRITER_DUMP)] == list(REFERENCE_WRITER_DUMP)

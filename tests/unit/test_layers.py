@@ -35,6 +35,7 @@ LAYERS = {
     "datasetrt.sampling": 3,
     "datasetrt.runtime": 4,
     "datasetrt.dataset": 5,
+    "datasetrt.seam": 5,  # the value types of CachedDataset's integration seam
     "datasetrt.api": 5,
     "datasetrt": 5,  # the package root: lazy re-export of datasetrt.api
     "datasetrt.integrations": 6,
@@ -45,13 +46,22 @@ LAYERS = {
 }
 # Upward imports that are allowed, each lazy (inside a function) and for a stated reason.
 ALLOWED_UPWARD = {
-    # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader: the two public methods' thin
-    # forwarding into the torch integration (issue 10); torch never loads with the core.
+    # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader / to_torch_batches: the public methods' thin
+    # forwarding into the torch package (its lazy exports); torch never loads with the core.
     ("datasetrt.dataset", "datasetrt.integrations.torch"),
-    ("datasetrt.dataset", "datasetrt.integrations.torch_batches"),  # CachedDataset.to_torch_batches (issue 11)
     # SampleBatch.to_torch: numpy views -> tensors (torch imports stay in integrations; issue 11).
     ("datasetrt.records", "datasetrt.integrations.tensors"),
 }
+# The torch integration reaches the dataset through its integration seam only (docs/python-api.md,
+# "Integration seam"; `datasetrt.dataset` itself only under TYPE_CHECKING): from the rest of the
+# package its modules import just these — no planner, runtime, table or format module.
+TORCH_PACKAGE = "datasetrt.integrations.torch"
+TORCH_MAY_IMPORT = {
+    "datasetrt.errors", "datasetrt.config", "datasetrt.records", "datasetrt.seam",
+    "datasetrt._native.draws",  # derive_seed: dataset-rt's per-rank/worker seed rule
+    "datasetrt.arrays",  # RaggedArrays and the pad check of SampleBatch.to_numpy (to_torch_batches)
+}
+TORCH_FREE = (f"{TORCH_PACKAGE}.plan", f"{TORCH_PACKAGE}.spawn", f"{TORCH_PACKAGE}.options")
 WORKER_ENTRY = "datasetrt.runtime.worker"
 HEAVY = ("numpy", "polars", "pyarrow", "torch", "pandas")
 
@@ -266,3 +276,18 @@ def test_reader_worker_imports_nothing_heavy_at_module_level():
 @pytest.mark.parametrize("module", ["datasetrt.runtime.ring", "datasetrt.runtime.run", "datasetrt.runtime.local"])
 def test_parent_side_runtime_modules_stay_out_of_the_worker(module):
     assert module not in _eager_closure(WORKER_ENTRY)
+
+
+def test_torch_integration_uses_only_the_dataset_seam():
+    bad = [f"{e.importer}:{e.line} imports {e.target}" for e in _internal(EDGES)
+           if e.importer.startswith(TORCH_PACKAGE) and not e.target.startswith(TORCH_PACKAGE)
+           and e.target not in TORCH_MAY_IMPORT]
+    assert bad == []
+
+
+@pytest.mark.parametrize("module", TORCH_FREE)
+def test_torch_planning_modules_import_no_torch(module):
+    """Importing them (and so their package, whose exports are lazy) loads no torch."""
+    closure = _eager_closure(module)
+    assert TORCH_PACKAGE in closure
+    assert [f"{e.importer}:{e.line}" for e in EDGES if e.importer in closure and not e.lazy and e.target == "torch"] == []

@@ -194,3 +194,52 @@ def test_consecutive_windows_continue_one_stream(seed, lengths):
         parts += Window(pop, True, seed, draw, length).rows(0, length).tolist()
         draw = advance(True, draw, length, 6)
     assert parts == Window(pop, True, seed, 0, sum(lengths)).rows(0, sum(lengths)).tolist()
+
+
+# -- sub-windows and population columns (the dataset's integration seam) ----------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(shuffle=st.booleans(), weighted=st.booleans(), seed=u64, start=st.integers(0, 50),
+       first=st.integers(0, 40), count=st.integers(0, 30), inner=st.integers(0, 10))
+def test_sub_windows_are_the_same_positions(shuffle, weighted, seed, start, first, count, inner):
+    """`sub(first, count)` reads the window's positions [first, first+count), also past its
+    length (the stream continues), and subs of subs compose; its start is where a reservation
+    after `first` positions would begin."""
+    cat = catalog((3, 0, 4))
+    rows = active(cat, physical_pairs(cat)[::-1], [float(k + 1) for k in range(7)])
+    pop = Population(cat, rows if weighted else None)
+    if not shuffle:
+        start %= len(pop)
+    window = Window(pop, shuffle, seed, start, 20)
+    sub = window.sub(first, count)
+    assert (sub.population, sub.shuffle, sub.seed, sub.length) == (pop, shuffle, seed, count)
+    assert sub.start == advance(shuffle, start, first, len(pop))
+    assert sub.rows(0, count).tolist() == window.rows(first, count).tolist()
+    inner = min(inner, count)
+    rest = count - inner
+    assert sub.sub(inner, rest).rows(0, rest).tolist() == window.rows(first + inner, rest).tolist()
+
+
+def test_population_rows_expand_the_physical_population():
+    cat = catalog((3, 0, 4))
+    rows = Population(cat).rows()
+    assert list(zip(rows.cache_pos.tolist(), rows.sample_id.tolist())) == physical_pairs(cat)
+    assert rows.cache_pos.dtype == np.int64 and rows.sample_id.dtype == np.uint64
+    assert rows.weights.tolist() == [1.0] * 7
+    act = active(cat, [(2, 3), (0, 1)], [2.0, 0.5])
+    assert Population(cat, act).rows() is act
+
+
+def test_population_columns_rebuild_the_same_plan():
+    cat = catalog((3, 0, 4))
+    assert Population(cat).columns() is None
+    assert len(Population.from_columns(cat, None, {})) == 7
+    pop = Population(cat, active(cat, physical_pairs(cat)[::-1] + [(0, 1)], [float(k + 1) for k in range(8)]))
+    columns, params = pop.columns()
+    assert {name: len(col) for name, col in columns.items()} == {"cache_pos": 8, "sample_id": 8, "cum": 8}
+    again = Population.from_columns(cat, columns, params)
+    assert again.active.weights is None and again.weighted
+    planned = [p.resolve(Window(p, True, 9, 4, 30).rows(0, 30)) for p in (pop, again)]
+    assert [a.tolist() for a in planned[0]] == [a.tolist() for a in planned[1]]  # the same weighted draws
+    assert again.cumulative()[1] == params["scale"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from datasetrt import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.sources import NumpySource, PayloadLayout
+from datasetrt.sources import NumpySource
 
 
 def test_dense_records_with_metadata_arrays():
@@ -16,7 +17,7 @@ def test_dense_records_with_metadata_arrays():
     names = np.array([f"n{i}" for i in range(10)])
     source = NumpySource("x", data, metadata={"label": labels, "name": names, "ok": labels > 0}, batch_bytes=64)
     out = list(source)
-    assert len(source) == 10 and source.payload_layout == PayloadLayout(np.dtype("float32"), (2, 3))
+    assert len(source) == 10 and source.payload_spec == PayloadSpec("float32", (2, 3))
     for i, (d, m) in enumerate(out):
         np.testing.assert_array_equal(d, data[i])
         assert m == {"label": int(labels[i]), "name": f"n{i}", "ok": bool(labels[i] > 0)}
@@ -25,7 +26,7 @@ def test_dense_records_with_metadata_arrays():
 def test_scalar_records_and_the_index_column():
     source = NumpySource("s", np.array([5, 6, 7], dtype=np.int64), index_column="row")
     out = list(source)
-    assert source.payload_layout == PayloadLayout(np.dtype("int64"), ())
+    assert source.payload_spec == PayloadSpec("int64", ())
     assert [(bytes(memoryview(d)), m) for d, m in out] == [
         (np.int64(v).tobytes(), {"row": i}) for i, v in enumerate([5, 6, 7])]
 
@@ -35,7 +36,7 @@ def test_ragged_records_by_offsets():
     offsets = np.array([0, 4, 4, 9, 12])
     source = NumpySource("r", tokens, offsets=offsets, index_column="row", batch_bytes=8)
     out = list(source)
-    assert source.payload_layout == PayloadLayout(np.dtype("int32"), (None,))
+    assert source.payload_spec == PayloadSpec("int32", (None,))
     assert [d.tolist() for d, _ in out] == [[0, 1, 2, 3], [], [4, 5, 6, 7, 8], [9, 10, 11]]
     assert [m["row"] for _, m in out] == [0, 1, 2, 3]
 

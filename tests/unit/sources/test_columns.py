@@ -7,8 +7,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from datasetrt import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.sources import Columns, PayloadLayout, RecordBatchSource
+from datasetrt.sources import Columns, RecordBatchSource
 
 
 def items(table, **columns):
@@ -32,7 +33,7 @@ def test_byte_payloads_of_every_binary_and_string_type(payload_type):
     out, source = items(pa.table({"p": column, "i": [0, 1, 2, 3]}), payload="p")
     assert [d for d, _ in out] == values
     assert [m for _, m in out] == [{"i": i} for i in range(4)]
-    assert source.payload_layout is None
+    assert source.payload_spec is None
 
 
 def test_fixed_size_binary_payload_and_sliced_batches_keep_their_offsets():
@@ -95,7 +96,7 @@ def test_argument_errors_at_construction():
         Columns("p", "n")  # a str is not a list of columns
     with pytest.raises(ConfigError, match="both the payload and metadata"):
         Columns("p", ["p"])
-    with pytest.raises(ConfigError, match="at most one None"):
+    with pytest.raises(ConfigError, match="at most one dimension may be None"):
         Columns("p", payload_spec=("int32", (None, None)))
     with pytest.raises(ConfigError, match="either columns"):
         RecordBatchSource("t", pa.table({"p": [b""]}), columns=Columns("p"), payload="p")
@@ -147,7 +148,7 @@ def test_typed_layouts_inferred_from_list_types():
              "grid": (np.int8, (2, 3)), "flags": (np.bool_, (None,))}
     for column, (dtype, shape) in cases.items():
         out, source = items(table, payload=column, metadata=["n"])
-        assert source.payload_layout == PayloadLayout(np.dtype(dtype), shape)
+        assert source.payload_spec == PayloadSpec(dtype, shape)
         expected = table.column(column).to_pylist()
         for (data, _), want in zip(out, expected):
             assert data.dtype == dtype
@@ -171,29 +172,54 @@ def test_null_payload_element_names_the_record_and_index():
 def test_given_spec_casts_exactly_and_refuses_what_does_not_fit():
     table = pa.table({"p": pa.array([[1, 2, 3, 4], [5, 6, 7, 8]]), "n": [0, 1]})
     out, source = items(table, payload="p", payload_spec=("int16", (2, 2)))
-    assert source.payload_layout == PayloadLayout(np.dtype("int16"), (2, 2))
+    assert source.payload_spec == PayloadSpec("int16", (2, 2))
     np.testing.assert_array_equal(out[1][0], np.array([[5, 6], [7, 8]], np.int16))
     out, _ = items(table, payload="p", payload_spec=("uint8", (2, None)))  # ragged inner axis
     assert out[0][0].shape == (2, 2)
     big = pa.table({"p": pa.array([[1], [70000]]), "n": [0, 1]})
     refused(big, r"row 1 .*value 70000 \(int64\) does not fit payload spec dtype int16", payload="p",
             payload_spec=("int16", (None,)))
-    refused(table, r"row 0 .*holds 4 elements; payload shape \(3,\) needs 3 elements", payload="p",
+    refused(table, r"row 0 .*holds 4 elements; payload spec int64\[3\] needs 3 elements", payload="p",
             payload_spec=("int64", (3,)))
     refused(table, r"needs a multiple of 3 elements", payload="p", payload_spec=("int64", (None, 3)))
 
 
 def test_byte_payload_lengths_checked_against_a_given_spec():
     table = pa.table({"p": [b"\x01\x00\x00\x00", b"\x02\x00\x00\x00\x03\x00\x00\x00", b"\x04\x00"], "n": [0, 1, 2]})
-    refused(table, r"row 2 .*holds 2 bytes; payload spec int32 \(None,\) needs a multiple of 4 bytes", payload="p",
+    refused(table, r"row 2 .*holds 2 bytes; payload spec int32\[None\] needs a multiple of 4 bytes", payload="p",
             payload_spec=("int32", (None,)))
-    refused(table, r"row 1 .*holds 8 bytes; payload spec int32 \(1,\) needs 4 bytes", payload="p",
+    refused(table, r"row 1 .*holds 8 bytes; payload spec int32\[1\] needs 4 bytes", payload="p",
             payload_spec=("int32", (1,)))
 
 
 def test_encoded_file_struct_payload_is_its_bytes_field():
     column = pa.array([{"bytes": b"\x89PNG1", "path": "a.png"}, {"bytes": b"\x89PNG22", "path": None}])
     out, source = items(pa.table({"img": column, "n": [0, 1]}), payload="img")
-    assert out == [(b"\x89PNG1", {"n": 0}), (b"\x89PNG22", {"n": 1})] and source.payload_layout is None
+    assert out == [(b"\x89PNG1", {"n": 0}), (b"\x89PNG22", {"n": 1})] and source.payload_spec is None
     path_only = pa.array([{"bytes": b"x", "path": None}, {"bytes": None, "path": "b.png"}])
     refused(pa.table({"img": path_only, "n": [0, 1]}), r"row 1 .*has no bytes \(a file stored by path only\)", payload="img")
+
+
+def test_payload_spec_is_known_before_iteration_and_one_shot_inputs_keep_their_first_batch():
+    table = pa.table({"p": pa.array([[1, 2], [3], [4, 5, 6]], pa.list_(pa.uint16())), "n": [0, 1, 2]})
+    spec = PayloadSpec("uint16", (None,))
+    for data in (table, table.to_batches(max_chunksize=2), iter(table.to_batches(max_chunksize=2)),
+                 pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))):
+        source = RecordBatchSource("t", data, payload="p")
+        assert source.payload_spec == spec
+        assert [d.tolist() for d, _ in source] == [[1, 2], [3], [4, 5, 6]]
+    assert RecordBatchSource("t", [], payload="p").payload_spec is None  # nothing to type
+    assert RecordBatchSource("t", table.select(["n"]).append_column("b", pa.array([b"x"] * 3))).payload_spec is None
+
+
+def test_a_given_payload_spec_is_the_sources_spec_as_a_payload_spec_or_a_pair():
+    table = pa.table({"p": pa.array([[1, 2], [3, 4]]), "n": [0, 1]})
+    for given in (PayloadSpec("int8", (2,)), ("int8", (2,)), ("int8", [2])):
+        source = RecordBatchSource("t", table, payload="p", payload_spec=given)
+        assert source.payload_spec == PayloadSpec("int8", (2,)) and source.columns.payload_spec == source.payload_spec
+    with pytest.raises(ArgumentTypeError, match="PayloadSpec or a \\(dtype, shape\\) pair"):
+        Columns("p", payload_spec="int8")
+    with pytest.raises(ConfigError, match="PayloadSpec dtype"):
+        Columns("p", payload_spec=("float128", (2,)))
+    refused(pa.table({"p": pa.array([[[]]], pa.list_(pa.list_(pa.int8(), 0))), "n": [0]}),
+            r"'p' has type .*: PayloadSpec shape \(None, 0\)", payload="p")

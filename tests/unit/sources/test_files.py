@@ -13,12 +13,12 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
+from datasetrt import PayloadSpec
 from datasetrt.errors import ConfigError, SourceInputError
 from datasetrt.sources import (
     ArrowSource,
     JsonLinesSource,
     ParquetSource,
-    PayloadLayout,
     default_name,
     open_path,
 )
@@ -81,7 +81,7 @@ def test_parquet_list_payload_is_typed(tmp_path):
     pq.write_table(t, tmp_path / "t.parquet")
     source = ParquetSource("t", tmp_path / "t.parquet", payload="tokens", metadata=["label"])
     out = list(source)
-    assert source.payload_layout == PayloadLayout(np.dtype("int64"), (None,))
+    assert source.payload_spec == PayloadSpec("int64", (None,))
     assert [d.tolist() for d, _ in out] == t.column("tokens").to_pylist()
 
 
@@ -156,7 +156,7 @@ def test_json_lines_column_types_and_typed_tokens(tmp_path):
     write_jsonl(tmp_path / "t.jsonl", rows)
     source = JsonLinesSource("t", tmp_path / "t.jsonl", payload="tokens", column_types={"tokens": pa.list_(pa.int32())})
     out = list(source)
-    assert source.payload_layout == PayloadLayout(np.dtype("int32"), (None,))
+    assert source.payload_spec == PayloadSpec("int32", (None,))
     assert [(d.tolist(), m) for d, m in out] == [(r["tokens"], {"id": r["id"]}) for r in rows]
 
 

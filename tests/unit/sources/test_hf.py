@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from datasetrt import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, SourceInputError
-from datasetrt.sources import HFDatasetSource, PayloadLayout
+from datasetrt.sources import HFDatasetSource
 
 datasets = pytest.importorskip("datasets")
 
@@ -33,7 +34,7 @@ def test_sequence_feature_is_a_typed_payload():
     ds = make(20)
     source = HFDatasetSource("h", ds, payload="ids", metadata=["label"])
     out = list(source)
-    assert source.payload_layout == PayloadLayout(np.dtype("int32"), (None,))
+    assert source.payload_spec == PayloadSpec("int32", (None,))
     assert [d.tolist() for d, _ in out] == ds["ids"]
 
 

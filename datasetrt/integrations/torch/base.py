@@ -1,0 +1,99 @@
+"""What both torch datasets share: the dataset in the process that built them (None in a spawned
+copy), the reading side per process, pass counting in DataLoader workers, the snapshot dir for
+spawned copies, and the identity digests their resume states carry.
+
+Boundary: torch's `IterableDataset` and `get_worker_info` only; the dataset is reached through
+its integration seam, the reading side through spawn.py. No planning arithmetic (plan.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
+
+from datasetrt.errors import ConfigError
+from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe, _Snapshots
+
+if TYPE_CHECKING:
+    from datasetrt.dataset import CachedDataset
+
+
+def _worker_identity() -> tuple[int, int, bool]:
+    """(worker id, worker count, in a DataLoader worker)."""
+    info = get_worker_info()
+    return (0, 1, False) if info is None else (info.id, info.num_workers, True)
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for arr in arrays:
+        h.update(np.ascontiguousarray(arr).view(np.uint8))
+    return h.hexdigest()
+
+
+def _caches_digest(ds: CachedDataset) -> str:
+    """Identity of the caches a state was taken on: their ids and sample counts, in path order."""
+    caches = ds.cache_identity()
+    return _digest(caches.cache_ids, caches.sample_counts)
+
+
+def _check_identity(state: Mapping[str, Any], mine: dict, what: str) -> None:
+    """Refuse a state of another plan, naming the first difference."""
+    names = {"caches": "the caches differ", "table": "the active table (rows, order or weights) differs"}
+    for key, value in mine.items():
+        if state.get(key) != value:
+            raise ConfigError(f"{what} state does not match: {names.get(key, f'{key} differs')} "
+                              f"(state {state.get(key)!r}, here {value!r})")
+
+
+class _PlanDataset(IterableDataset):
+    """Base of `CachedIterableDataset` and `LoaderDataset`. In the process that built it,
+    `_dataset` is the `CachedDataset`; a spawned copy (`_rebuilt`) has None there and rebuilds
+    its reading side from `_recipe_shipped`. A forked copy keeps the inherited dataset."""
+
+    def _setup(self, dataset: CachedDataset | None, recipe: _Recipe | None, work_dir: str | None = None) -> None:
+        self._dataset = dataset
+        self._recipe_shipped = recipe
+        self._owner_pid = os.getpid()
+        self._local: tuple[int, int] | None = None  # (pid, passes this process started)
+        self._reader: _PlanReader | None = None
+        self._snapshots = _Snapshots(self, work_dir)
+
+    @classmethod
+    def _rebuilt(cls, recipe: _Recipe | None) -> Any:
+        """The copy a spawned worker unpickles (no dataset: reads through `recipe`)."""
+        obj = cls.__new__(cls)
+        obj._setup(None, recipe)
+        return obj
+
+    def _next_pass(self) -> int:
+        """How many passes this process already started (0 in a fresh worker), then +1."""
+        pid = os.getpid()
+        local = self._local
+        k = local[1] if local is not None and local[0] == pid else 0
+        self._local = (pid, k + 1)
+        return k
+
+    def _reader_here(self, population: Any = None) -> _PlanReader:
+        """This process's reading side: a forked worker reads the inherited dataset and
+        `population`; a spawned one reopens the recipe's caches and maps its snapshot."""
+        if self._reader is None or self._reader.pid != os.getpid():
+            if self._dataset is not None:
+                self._reader = _PlanReader(self._dataset, population)
+            else:
+                self._reader = _PlanReader.open(self._recipe_shipped)
+        return self._reader
+
+    def _recipe_for(self, population: Any) -> _Recipe:
+        return self._snapshots.recipe(self._dataset, population)
+
+    @property
+    def snapshot_dir(self) -> Path | None:
+        """The temp dir holding population snapshots for spawned workers (None until needed)."""
+        return self._snapshots.directory

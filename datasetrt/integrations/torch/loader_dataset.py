@@ -1,0 +1,182 @@
+"""`loader.dataset` of `to_torch_dataloader`: the loader's sampling plan, fixed when the loader is
+built, and the torch dataset that reads this rank's share of pass e of it, in the main process or
+divided among DataLoader workers.
+
+Boundary: reaches the dataset only through its integration seam (`population_rows`,
+`population_from_rows`, `plan_window`, `read_window`, `cache_identity`); the pass arithmetic is
+plan.py's, the spawned side spawn.py's. dataset-rt's loader semantics (split selection, seeds)
+live here; what a window's rows are is the dataset's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from datasetrt._native.draws import derive_seed
+from datasetrt.errors import CacheFormatError
+from datasetrt.integrations.torch.base import _caches_digest, _digest, _PlanDataset, _worker_identity
+from datasetrt.integrations.torch.plan import _Share, _Spec
+from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe
+
+if TYPE_CHECKING:
+    from datasetrt.dataset import CachedDataset
+
+
+class _LoaderPlan:
+    """The loader's sampling plan, fixed when the loader is built (as dataset-rt exports the table):
+    the dataset's active rows at that time (all physical rows, weight 1.0, before any
+    update_metadata), ordered per `worker_partition` exactly as dataset-rt's single consumer sees
+    them; pass e reads window [e*count, (e+1)*count) of one stream (draw offset or cursor) seeded
+    `derive_seed(common_seed, 0, 0)`. Shuffled plans always use the weighted sampler, as
+    dataset-rt's loaders do (the plan's population always has rows and weights). `count` is the
+    single-rank samples per pass whatever the world size: ranks divide each window (`_Layout`),
+    they do not change it.
+    """
+
+    def __init__(self, ds: CachedDataset, *, shuffle: bool, common_seed: int | None, partition: str,
+                 budget: int, count: int, batch_size: int, drop_last: bool) -> None:
+        self._ds = ds
+        self.base = ds.population_rows(expand_physical=True)
+        if self.base.weights is None:  # pragma: no cover - datasets always keep their weights
+            raise CacheFormatError("the dataset's active rows carry no weights")
+        self.shuffle, self.partition, self.budget = shuffle, partition, budget
+        self.count, self.batch_size, self.drop_last = count, batch_size, drop_last
+        self.common_seed = common_seed
+        self.frozen = False
+        self._population: Any = None
+        self._digest: str | None = None
+
+    @property
+    def plan_seed(self) -> int:
+        return derive_seed(self.common_seed, 0, 0) if self.shuffle else 0
+
+    @property
+    def population(self) -> Any:
+        """Built once: dataset-rt's split selection (rows [0, count) when the budget equals the
+        rows, a seeded permutation for shuffled split), else the rows as they are."""
+        if self._population is None:
+            base, rows = self.base, len(self.base)
+            size = self.count if self.partition == "split" and self.budget == rows else rows
+            if self.partition == "split" and self.shuffle:
+                order = np.random.default_rng(self.common_seed).permutation(rows)[:size]
+            else:
+                order = None if size == rows else np.arange(size, dtype=np.int64)
+            if order is None:
+                self._population = self._ds.population_from_rows(base.cache_pos, base.sample_id, base.weights)
+            else:
+                self._population = self._ds.population_from_rows(base.cache_pos[order], base.sample_id[order],
+                                                                  base.weights[order])
+        return self._population
+
+    def freeze(self) -> Any:
+        """Fix the plan (first pass or first pickle) and return its population."""
+        self.frozen = True
+        return self.population
+
+    def table_digest(self) -> str:
+        """Identity of the active rows the plan was built from (positions, ids, weights)."""
+        if self._digest is None:
+            self._digest = _digest(self.base.cache_pos, self.base.sample_id, self.base.weights)
+        return self._digest
+
+    def caches_digest(self) -> str:
+        return _caches_digest(self._ds)
+
+
+def _stream(ds: CachedDataset, population: Any, spec: _Spec) -> Any:
+    """The loader's plan stream over `population`: a window from plan position 0 whose pass e is
+    `spec.pass_window(stream, e)`. In the parent this also computes the plan's tables once, before
+    any worker forks."""
+    return ds.plan_window(0, spec.stride, population=population, shuffle=spec.shuffle, seed=spec.seed)
+
+
+class LoaderDataset(_PlanDataset):
+    """`loader.dataset` of `to_torch_dataloader`: `len()` is this rank's samples per pass; pass e
+    reads this rank's layout of window e of the global plan. Main process (`num_workers=0`): read
+    through the dataset (its runtime's reader processes, if it has them). Worker w of K: the
+    rank's batches w, w+K, ... in-process. `sample_transform_fn` runs per sample where the sample
+    is read."""
+
+    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
+                 worker_seeds: tuple[int, ...], work_dir: str | None) -> None:
+        self._setup(dataset, None, work_dir)
+        self._init_passes(plan, spec, transform, worker_seeds, (0, 0))
+
+    def _init_passes(self, plan: _LoaderPlan | None, spec: _Spec, transform: Callable | None,
+                     worker_seeds: tuple[int, ...], pass_: tuple[int, int]) -> None:
+        self._plan = plan  # None in a spawned copy
+        self._spec = spec
+        self.sample_transform_fn = transform
+        self.worker_seeds = worker_seeds
+        self._pass = pass_  # (epoch, plan rows already consumed) of the next pass the loader starts
+
+    def __len__(self) -> int:
+        return self._spec.layout().per_rank
+
+    @property
+    def worker_seed(self) -> int:
+        """derive_seed(seed, rank, worker) of the calling DataLoader worker (worker 0 in the main
+        process): a reproducible seed for random transforms; 0 for sequential loaders."""
+        worker, _workers, _in = _worker_identity()
+        return self.worker_seeds[worker] if worker < len(self.worker_seeds) else 0
+
+    def _begin(self, epoch: int, rows: int) -> None:
+        """Parent side, before torch starts the pass (and maybe its workers): fix the plan and
+        compute its tables here, once, so forked workers share them."""
+        _stream(self._dataset, self._plan.freeze(), self._spec)
+        self._pass = (epoch, rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        where = self._pass_here()
+        if where is None:
+            return iter(())
+        window, reader = where
+        if reader is None:
+            return self._dataset.read_window(window, self.sample_transform_fn)
+        return reader.read(window, self.sample_transform_fn)
+
+    def _pass_here(self) -> tuple[Any, _PlanReader | None] | None:
+        """What this process reads of the pass it starts now: (window, None) in the main process
+        (read through the dataset: the rest of the pass, or this rank's share of it), (share,
+        reader) in DataLoader worker w of K (its share of the rank's batches, read in-process by
+        `reader`); None when this rank has nothing left in the pass. Every batch of `spec.batch`
+        consecutive positions of the returned window is one batch of the loader."""
+        worker, workers, in_worker = _worker_identity()
+        main = not in_worker and self._dataset is not None
+        if main:
+            epoch, rows = self._pass
+            self._pass = (epoch + 1, 0)
+        else:
+            k = self._next_pass()
+            epoch, rows = self._pass
+            epoch, rows = epoch + k, (rows if k == 0 else 0)
+        spec = self._spec
+        layout = spec.layout(rows)
+        if layout.per_rank == 0:
+            return None
+        if main:
+            stream = _stream(self._dataset, self._plan.freeze(), spec)
+            if spec.world == 1:  # the rest of the pass is one contiguous window
+                return spec.pass_window(stream, epoch, rows), None
+            return _Share(spec.pass_window(stream, epoch), layout=layout), None
+        reader = self._reader_here(self._plan.freeze() if self._dataset is not None else None)
+        window = spec.pass_window(_stream(reader.ds, reader.population, spec), epoch)
+        return _Share(window, worker, workers, layout=layout), reader
+
+    def __reduce__(self) -> Any:
+        """Ship paths, config, the plan parameters and a snapshot path; never the table."""
+        recipe = self._recipe_shipped
+        spec = self._spec
+        if self._dataset is not None and spec.stride > 0:
+            recipe = self._recipe_for(self._plan.freeze())
+        return _rebuild_loader_dataset, (recipe, spec, self.sample_transform_fn, self.worker_seeds, self._pass)
+
+
+def _rebuild_loader_dataset(recipe: _Recipe | None, spec: _Spec, transform: Callable | None,
+                            worker_seeds: tuple[int, ...], pass_: tuple[int, int]) -> LoaderDataset:
+    obj = LoaderDataset._rebuilt(recipe)
+    obj._init_passes(None, spec, transform, worker_seeds, pass_)
+    return obj

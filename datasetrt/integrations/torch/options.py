@@ -1,0 +1,170 @@
+"""`to_torch_dataloader`'s options: dataset-rt 0.4.8's argument checks (wording and checking
+order), the "auto" values (workers, threads, persistence, prefetch, start method) and the
+`event=loader_ready` log line.
+
+Boundary: plain values and Python's multiprocessing only; no torch, no dataset, no plan (the
+loader, loader.py, calls `check_arguments` first and `worker_settings` once it knows the
+topology). A new torch option is checked here and wired in loader.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import pickle
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any
+
+from datasetrt.errors import ArgumentTypeError, ConfigError
+
+LOGGER_NAME = "datasetrt.loader"
+MAX_SAMPLE_BUDGET = min(sys.maxsize, 1 << 53)  # torch computes len(loader) through float division
+
+_RESERVED = frozenset({
+    "dataset", "sampler", "batch_sampler", "shuffle", "seed", "samples_per_epoch", "worker_partition",
+    "work_dir", "batch_size", "num_workers", "sample_transform_fn", "collate_fn", "drop_last",
+    "pin_memory", "timeout", "native_num_workers", "multiprocessing_context", "worker_init_fn",
+    "prefetch_factor", "persistent_workers", "verbose", "dataloader_kwargs",
+})
+
+
+def _is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _check_count(value: Any, name: str, minimum: int, maximum: int) -> None:
+    if _is_auto(value) or (type(value) is int and minimum <= value <= maximum):
+        return
+    raise ConfigError(f"{name} must be 'auto' or an integer between {minimum} and {maximum}")
+
+
+def check_arguments(*, shuffle: Any, seed: Any, samples_per_epoch: Any, worker_partition: Any, batch_size: Any,
+                    num_workers: Any, drop_last: Any, pin_memory: Any, timeout: Any, native_num_workers: Any,
+                    multiprocessing_context: Any, prefetch_factor: Any, persistent_workers: Any, verbose: Any,
+                    dataloader_kwargs: Mapping | None) -> dict:
+    """The checks that need no topology, in dataset-rt's order (its messages, `ConfigError`);
+    returns the extra DataLoader keyword arguments."""
+    extra = dict(dataloader_kwargs) if dataloader_kwargs is not None else {}
+    conflicts = _RESERVED.intersection(extra)
+    if conflicts:
+        raise ConfigError(f"dataloader_kwargs contains reserved arguments: {', '.join(sorted(conflicts))}")
+    _check_count(num_workers, "num_workers", 0, (1 << 32) - 1)
+    _check_count(native_num_workers, "native_num_workers", 1, sys.maxsize)
+    flags = (("shuffle", shuffle), ("drop_last", drop_last), ("pin_memory", pin_memory), ("verbose", verbose))
+    for name, value in flags:
+        if type(value) is not bool:
+            raise ConfigError(f"{name} must be a boolean")
+    if type(batch_size) is not int or not 1 <= batch_size <= sys.maxsize:
+        raise ConfigError("batch_size must be a positive integer fitting sys.maxsize")
+    if samples_per_epoch is not None and (type(samples_per_epoch) is not int
+                                          or not 1 <= samples_per_epoch <= MAX_SAMPLE_BUDGET):
+        raise ConfigError(f"samples_per_epoch must be a positive integer <= {MAX_SAMPLE_BUDGET} or None")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ConfigError("timeout must be finite and nonnegative")
+    _check_count(prefetch_factor, "prefetch_factor", 1, sys.maxsize)
+    if not (persistent_workers is True or persistent_workers is False or _is_auto(persistent_workers)):
+        raise ConfigError("persistent_workers must be a boolean or 'auto'")
+    if not (isinstance(seed, str) and seed == "random"):
+        if type(seed) is not int:
+            raise ConfigError("seed must be 'random' or an unsigned 64-bit integer")
+        if not shuffle:
+            raise ConfigError("seed requires shuffle=True; use 'random' for sequential reading")
+        if not 0 <= seed < 1 << 64:
+            raise ConfigError("seed must be 'random' or an unsigned 64-bit integer")
+    ctx_ok = isinstance(multiprocessing_context, BaseContext) or (
+        isinstance(multiprocessing_context, str)
+        and (multiprocessing_context == "inherit" or multiprocessing_context in get_all_start_methods()))
+    if not ctx_ok:
+        raise ConfigError("multiprocessing_context must be 'inherit', an available start method, or BaseContext")
+    if worker_partition is not None and worker_partition not in ("split", "replicate"):
+        raise ConfigError("worker_partition must be 'split', 'replicate', or None")
+    return extra
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: min(cpu_count, affinity, cgroup v2 cpu.max quota), at least 1."""
+    n = os.cpu_count() or 1
+    try:
+        n = min(n, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        pass
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, int(quota) // int(period))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The loader's process settings after "auto": DataLoader workers (`processes`), native
+    threads per consumer (logged only), persistence, prefetch factor (None without workers) and
+    the multiprocessing context (None without workers)."""
+
+    processes: int
+    threads: int
+    persistent: bool
+    prefetch: int | None
+    context: BaseContext | None
+
+
+class _PickleSink:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float, persistent_workers: Any,
+                    prefetch_factor: Any, multiprocessing_context: Any, sample_transform_fn: Callable | None,
+                    local_world_size: int, transform_name: str = "sample_transform_fn") -> WorkerSettings:
+    """Resolve "auto" for `local_world_size` processes sharing this machine's CPUs, then the
+    checks that depend on the worker count (dataset-rt's order and messages; `transform_name`
+    names the transform argument in them)."""
+    local = local_world_size
+    cpus = available_cpus() if _is_auto(num_workers) or _is_auto(native_num_workers) else 1
+    processes = min(4, max(0, cpus // local - 1)) if _is_auto(num_workers) else num_workers
+    threads = (max(1, min(4, cpus // (max(1, processes) * local))) if _is_auto(native_num_workers)
+               else native_num_workers)
+    if processes == 0 and timeout != 0:
+        raise ConfigError("timeout must be zero with num_workers=0")
+    if _is_auto(persistent_workers):
+        persistent = processes > 0
+    elif persistent_workers and processes == 0:
+        raise ConfigError("persistent_workers=True requires num_workers > 0")
+    else:
+        persistent = persistent_workers
+    if _is_auto(prefetch_factor):
+        prefetch = 2 if processes > 0 else None
+    elif processes == 0:
+        raise ConfigError("prefetch_factor requires num_workers > 0")
+    else:
+        prefetch = prefetch_factor
+    if processes == 0:
+        context = None
+    elif isinstance(multiprocessing_context, BaseContext):
+        context = multiprocessing_context
+    else:
+        context = get_context(None if multiprocessing_context == "inherit" else multiprocessing_context)
+    if sample_transform_fn is not None and processes > 0:
+        try:
+            ForkingPickler(_PickleSink(), pickle.HIGHEST_PROTOCOL).dump(sample_transform_fn)
+        except Exception as error:
+            raise ArgumentTypeError(f"{transform_name} must be picklable for multiprocess loading") from error
+    return WorkerSettings(processes, threads, persistent, prefetch, context)
+
+
+def _loader_event(message: str) -> None:
+    """INFO on logger `datasetrt.loader`; without configured handlers, one line on stderr."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if logger.hasHandlers():
+        logger.info(message)
+    elif logger.level == logging.NOTSET or logger.isEnabledFor(logging.INFO):
+        print(f"[{LOGGER_NAME}] {message}", file=sys.stderr)
