@@ -34,7 +34,9 @@ fork (and spawn except with --smoke); --no-torch skips it.
 
 Write, each workload and codec, each contender in a fresh subprocess with the payloads already in
 memory: datasetrt and dataset-rt 0.4.8 `DatasetRuntime(num_workers=W).write_cache` (dataset-rt has
-no zstd), loaderx building its Dense / Ragged store (raw and zstd; it has no lz4). Figures: payload
+no zstd), loaderx building its Dense / Ragged store (raw and zstd; it has no lz4). Plus many small
+caches: N sources of 20 x 64 B records in one write_cache call (N = 2,000 with --full, 100 with
+--quick, 50 with --smoke; datasetrt and dataset-rt only). Figures: payload
 MiB/s (median, min, max), samples/s, peak tree PSS, ratio to datasetrt; every written cache or store
 is read back and its payloads compared with the generated ones in write order.
 
@@ -89,6 +91,9 @@ OWN_ORDER = {STREAMING, LITDATA}  # their own shuffle: checked against the writt
 TOKENS512 = "int32[512]"
 ROW = {"dtype": "<i4", "shape": [512]}  # the int32[512] workload's records, read as [256, 512] int32 arrays
 # (name, kind, size or (lo, hi), count, algos) per mode; counts are multiples of 256 (loaderx steps).
+# Many small caches (write section only): N sources of 20 x 64 B records each, one write_cache call.
+MANY_SMALL = {"smoke": 50, "quick": 100, "full": 2000}
+MANY_SMALL_RECORDS, MANY_SMALL_BYTES = 20, 64
 MODES = {
     "smoke": [("4 KiB", "fixed", 4096, 1024, "none"), ("1-64 KiB", "var", (1024, 65536), 512, "none"), ("tokens", "tokens", (128, 2048), 1024, "lz4,zstd"),
               (TOKENS512, "tok512", 2048, 1024, "none")],
@@ -316,10 +321,14 @@ def run_write(spec: dict) -> dict:
     as for reads, is timed only when it is the only repeat; the others are deleted."""
     result = new_result()
     contender, repeats = spec["contender"], spec["repeats"]
-    payloads_file, offsets = load_flat(spec["flat"])
-    with open(payloads_file, "rb") as f:
-        payloads = [f.read(int(n)) for n in np.diff(offsets)]
-    n, nbytes = len(payloads), int(offsets[-1])
+    if spec.get("sources"):  # many small caches: the payloads are generated, not loaded
+        payloads = many_small_payloads(spec["sources"])
+        n, nbytes = len(payloads), sum(map(len, payloads))
+    else:
+        payloads_file, offsets = load_flat(spec["flat"])
+        with open(payloads_file, "rb") as f:
+            payloads = [f.read(int(n)) for n in np.diff(offsets)]
+        n, nbytes = len(payloads), int(offsets[-1])
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
     if contender == "loaderx":
@@ -334,6 +343,8 @@ def run_write(spec: dict) -> dict:
         lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=spec["algo"]))  # lazy imports
 
         def write(dest: Path) -> Path:
+            if spec.get("sources"):
+                return write_many(lib, runtime, dest, payloads)
             return write_cache(lib, runtime, dest, source, spec["algo"])
     for rep in range(repeats):
         gc.collect()
@@ -348,6 +359,20 @@ def run_write(spec: dict) -> dict:
     if hasattr(runtime, "close"):
         runtime.close()
     return result
+
+
+def many_small_payloads(sources: int) -> list[bytes]:
+    return make_payloads("fixed", MANY_SMALL_BYTES, sources * MANY_SMALL_RECORDS, SEED)
+
+
+def write_many(lib, runtime, dest: Path, payloads: list[bytes]) -> Path:
+    """One `write_cache` of len(payloads) / 20 sources named s00000, s00001, ... (no compression)."""
+    k = MANY_SMALL_RECORDS
+    sources = [Source(f"s{i // k:05d}", payloads[i:i + k], lib.CacheInput) for i in range(0, len(payloads), k)]
+    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo="none"))
+    results = runtime.write_cache(sources, dest, writer_config=cfg)
+    assert all(isinstance(r, lib.CacheWriteSuccess) for r in results), [r for r in results if not isinstance(r, lib.CacheWriteSuccess)][:3]
+    return dest
 
 
 def run_open(spec: dict) -> dict:
@@ -464,23 +489,26 @@ def written_digest(contender: str, path: str, fixed: bool) -> dict:
     import datasetrt
 
     d = Digest()
-    for sample in datasetrt.CachedDataset([path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None):
+    caches = [path]
+    if not (Path(path) / "manifest.json").exists():  # many small caches under one base, in name order
+        caches = sorted(str(p) for p in Path(path).iterdir() if (p / "manifest.json").exists())
+    for sample in datasetrt.CachedDataset(caches, reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None):
         d.add(sample.data)
     return d.result()
 
 
-def bench_writes(wl: dict, name: str, count: int, algos: list[str], outdir: Path, workers: int, repeats: int,
+def bench_writes(wl: dict, name: str, count: int | str, algos: list[str], outdir: Path, workers: int, repeats: int,
                  failures: list[str]) -> list[dict]:
     """Write MiB/s of each contender for each codec of one workload; the written bytes read back
-    and compared with the generated payloads (write order)."""
+    and compared with the generated payloads (write order). `wl["sources"]`: many small caches."""
     rows = []
     for algo in algos:
         workload = f"{name} x {count} {algo}"
-        # dataset-rt has no zstd; loaderx has raw and zstd but no lz4
-        contenders = [OURS] + ([RT] if algo != "zstd" else []) + (["loaderx"] if algo != "lz4" else [])
+        # dataset-rt has no zstd; loaderx has raw and zstd but no lz4 (and no many-caches layout)
+        contenders = [OURS] + ([RT] if algo != "zstd" else []) + (["loaderx"] if algo != "lz4" and not wl.get("sources") else [])
         matched = []
         for contender in contenders:
-            spec = {"task": "write", "contender": contender, "flat": wl["flat"], "algo": algo, "workers": workers,
+            spec = {"task": "write", "contender": contender, "flat": wl["flat"], "sources": wl.get("sources"), "algo": algo, "workers": workers,
                     "repeats": repeats, "out": str(outdir / f"write-{contender.split()[0]}-{algo}"),
                     "fixed_size": wl["fixed_size"], "dtype": wl["dtype"], "codec": "raw" if algo == "none" else "zstd"}
             r = contender_child(spec, timeout=600)
@@ -717,6 +745,15 @@ def main() -> None:
             write_rows += bench_writes(wl, name, count, algo_list, workdir / name.replace(" ", ""), args.workers, repeats, failures)
             phase_s["write"] += time.perf_counter() - t_write
             shutil.rmtree(workdir / name.replace(" ", ""), ignore_errors=True)
+        t_write = time.perf_counter()
+        n_small = MANY_SMALL[mode]
+        written = Digest()
+        for payload in many_small_payloads(n_small):
+            written.add(payload)
+        wl = {"flat": None, "sources": n_small, "written": written.result(), "fixed_size": MANY_SMALL_BYTES, "dtype": "u1"}
+        write_rows += bench_writes(wl, f"{n_small:,}", f"{MANY_SMALL_RECORDS} x {MANY_SMALL_BYTES} B", ["none"],
+                                   workdir / "many-small", args.workers, repeats, failures)
+        phase_s["write"] += time.perf_counter() - t_write
         t_open = time.perf_counter()
         open_rows = bench_open(workdir / "open", OPEN_COUNTS[mode], repeats, failures)
         phase_s["open"] = time.perf_counter() - t_open

@@ -2,20 +2,24 @@
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
-  datasetrt inspect CACHE_DIR [--json]     manifest summary, schema, counts, sizes, the zstd_dict
-                                           dictionary (checked at open: size, sha256, id)
+  datasetrt inspect CACHE_DIR... [--json]  manifest summary, schema, counts, sizes, the zstd_dict
+                                           dictionary, and every damaged file
+                                           (datasetrt/tools/inspect.py); exit 1 if any is damaged
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, the dictionary
                                            loaded, metadata decode, index bounds, every record
                                            read and checked); exit 1 if any cache fails
+  datasetrt pss [options] -- COMMAND...    PSS/USS/RSS of a command's process tree (or --pid PID):
+                                           report, --csv, --json, --png (datasetrt/tools/pss.py)
   datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
   datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
   datasetrt --version
+A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
+cache" by both, not as a failure, so `datasetrt validate caches/*` works.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,53 +27,16 @@ from datasetrt import __version__, convert, demo
 from datasetrt.errors import DatasetRTError
 
 
-def _inspect(cache_dir: Path, as_json: bool) -> int:
-    from datasetrt.format.reader import CacheHandle
-
-    handle = CacheHandle.open(cache_dir)
-    m = handle.manifest
-    shard_bytes = sum(s.byte_len for s in m.shards)
-    raw_bytes = sum(s.uncompressed_byte_len for s in m.shards)
-    algos = sorted({s.algo for s in m.shards})
-    d = m.dictionary
-    summary = {
-        "path": str(cache_dir),
-        "format_version": m.format_version,
-        "cache_id": m.cache_id,
-        "source_name": m.source_name,
-        "sample_count": m.sample_count,
-        "schema": [{"name": n, "kind": k} for n, k in m.metadata_schema],
-        "shards": len(m.shards),
-        "shard_bytes": shard_bytes,
-        "payload_bytes": raw_bytes,
-        "compression": algos,
-        "record_checksums": m.checksums is not None,
-        "zstd_dictionary": None if d is None else {"file": d.file, "dict_id": d.dict_id, "byte_len": d.byte_len,
-                                                   "sha256": d.sha256},
-    }
-    if as_json:
-        print(json.dumps(summary, indent=2))
-        return 0
-    print(f"cache       {cache_dir}")
-    print(f"source      {m.source_name}  (cache_id {m.cache_id if m.cache_id is not None else 'positional (v2)'})")
-    print(f"format      v{m.format_version}, compression {', '.join(algos) or 'none'}, "
-          f"record checksums {'yes' if m.checksums else 'no'}")
-    print(f"samples     {m.sample_count:,}")
-    print(f"shards      {len(m.shards)} files, {shard_bytes:,} bytes stored, {raw_bytes:,} payload bytes")
-    if d is not None:
-        print(f"dictionary  {d.file}: {d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 {d.sha256[:16]}... (checked)")
-    print("schema")
-    for name, kind in m.metadata_schema:
-        print(f"  {name:<24} {kind}")
-    return 0
-
-
 def _validate(cache_dirs: list[Path]) -> int:
     from datasetrt.config import ReaderConfig
     from datasetrt.dataset import CachedDataset
+    from datasetrt.tools.inspect import STAGING_NOTE, is_staging_dir
 
     failures = 0
     for cache_dir in cache_dirs:
+        if is_staging_dir(cache_dir):
+            print(f"skip {cache_dir}: {STAGING_NOTE}")
+            continue
         try:
             ds = CachedDataset([cache_dir], reader_config=ReaderConfig(seed=0, shuffle=False, validate_cache=True))
             count = 0
@@ -85,10 +52,16 @@ def _validate(cache_dirs: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["pss"]:  # its own parser: everything after `--` is the measured command
+        from datasetrt.tools import pss
+
+        return pss.main(argv[1:])
     parser = argparse.ArgumentParser(prog="datasetrt", description="Inspect and validate datasetrt / dataset-rt caches.")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_inspect = sub.add_parser("inspect", help="manifest summary, schema, counts, sizes")
-    p_inspect.add_argument("cache_dir", type=Path)
+    sub.add_parser("pss", add_help=False, help="memory (PSS/USS/RSS) of a command's process tree: datasetrt pss --help")
+    p_inspect = sub.add_parser("inspect", help="manifest summary, schema, counts, sizes, damaged files")
+    p_inspect.add_argument("cache_dirs", type=Path, nargs="+")
     p_inspect.add_argument("--json", action="store_true", help="machine-readable output")
     p_validate = sub.add_parser("validate", help="deep checksum validation; non-zero exit on any failure")
     p_validate.add_argument("cache_dirs", type=Path, nargs="+")
@@ -102,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return demo.run(args)
     try:
         if args.command == "inspect":
-            return _inspect(args.cache_dir, args.json)
+            from datasetrt.tools import inspect
+
+            return inspect.run(args.cache_dirs, args.json)
         return _validate(args.cache_dirs)
     except DatasetRTError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

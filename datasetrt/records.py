@@ -6,10 +6,13 @@ name the stable public path, as dataset-rt's do for `dataset_rt.api`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeVar, Union, runtime_checkable
+
+from datasetrt.errors import ArgumentTypeError, SampleIndexError
 
 if TYPE_CHECKING:
     from datasetrt.dataset import CachedDataset
@@ -132,9 +135,11 @@ class SampleBatch:
         return len(self.cache_id)
 
     def payload(self, i: int) -> memoryview:
-        """Zero-copy view of payload i."""
+        """Zero-copy view of payload i; Python indexing: -1 is the last payload, and an index
+        outside [-len, len) raises SampleIndexError (an IndexError) naming it and the length."""
         offsets = self.offsets
-        return memoryview(self.data)[int(offsets[i]) : int(offsets[i + 1])]
+        k = batch_position(i, len(self.cache_id))
+        return memoryview(self.data)[int(offsets[k]) : int(offsets[k + 1])]
 
     # -- typed access (datasetrt/arrays.py; numpy is imported on first use) ----------------------
 
@@ -229,6 +234,19 @@ def _released() -> Exception:
     from datasetrt.errors import BatchReleasedError
 
     return BatchReleasedError("this SampleBatch was released (release() or the end of its with block)")
+
+
+def batch_position(i: Any, length: int) -> int:
+    """The position in [0, length) that index `i` names, with Python's sequence semantics
+    (negative counts from the end). Raises ArgumentTypeError for a non-integer (numpy integers are
+    integers) and SampleIndexError naming `i` and `length` when out of range. O(1)."""
+    try:
+        k = operator.index(i)
+    except TypeError:
+        raise ArgumentTypeError(f"batch indices must be integers, not {type(i).__name__}") from None
+    if not -length <= k < length:
+        raise SampleIndexError(f"batch index {k} is out of range for a batch of {length} samples")
+    return k + length if k < 0 else k
 
 
 @runtime_checkable

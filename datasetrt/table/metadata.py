@@ -131,5 +131,9 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     weights = df.get_column(WEIGHT_COLUMN).to_numpy().astype(np.float64)
     bad = np.flatnonzero(~(np.isfinite(weights) & (weights > 0)))
     if bad.size:
-        raise _fail(f"weight {int(bad[0])} must be positive and finite")
+        # dataset-rt's text names the row position ("weight 5"); then the row's identity and value.
+        row = int(bad[0])
+        raise _fail(f"weight {row} must be positive and finite: row {row} (cache_id={int(cache_ids[row])}, "
+                    f"sample_id={int(sample_ids[row])}) has weight {float(weights[row])!r}"
+                    + (f"; {bad.size - 1} more row{'s' if bad.size > 2 else ''} too" if bad.size > 1 else ""))
     return ActiveRows(cache_pos=pos, sample_id=sample_ids.copy(), weights=np.ascontiguousarray(weights))

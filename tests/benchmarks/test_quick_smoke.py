@@ -19,7 +19,7 @@ TOKENS512 = "int32[512] x 1024 none"
 # --smoke write workloads (each workload's codecs) -> contenders: dataset-rt has no zstd, loaderx no lz4
 WRITES = {"4 KiB x 1024 none": {"datasetrt", RT, "loaderx"}, "1-64 KiB x 512 none": {"datasetrt", RT, "loaderx"},
           "tokens x 1024 lz4": {"datasetrt", RT}, "tokens x 1024 zstd": {"datasetrt", "loaderx"},
-          TOKENS512: {"datasetrt", RT, "loaderx"}}
+          TOKENS512: {"datasetrt", RT, "loaderx"}, "50 x 20 x 64 B none": {"datasetrt", RT}}
 OPEN_COUNTS = ("1", "10")
 CONTENDER = r"(?P<c>datasetrt|dataset-rt 0\.4\.8|loaderx)"
 # datasetrt's paths, each with 2 reader workers and in-process, in every read row

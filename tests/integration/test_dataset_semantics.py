@@ -277,6 +277,7 @@ def test_same_sample_order_as_dataset_rt(write_caches, shuffle, seed, open_ds):
 def test_rejected_update_keeps_the_uniform_path(five, open_ds):
     ds = open_ds(five, seed=12, shuffle=True)
     rows = Rows(ds)
-    with pytest.raises(ValueError, match="^weight 0 must be positive and finite$"):
+    with pytest.raises(ValueError, match=r"^weight 0 must be positive and finite: row 0 \(cache_id=\d+, sample_id=0\) "
+                                          r"has weight 0\.0; 4 more rows too$"):
         ds.update_metadata(ds.get_metadata().with_columns(pl.lit(0.0).alias("weight")))
     assert rows(ds) == ref.uniform_draws(12, 5, 0, 5)

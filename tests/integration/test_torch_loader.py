@@ -190,6 +190,17 @@ def test_other_argument_errors(paths, tmp_path):
         ds.to_torch_dataloader(num_workers=0, verbose=False)
 
 
+def test_unpicklable_collate_fn_is_refused_at_build_time_unless_forked(paths):
+    """torch pickles collate_fn into spawned workers; a lambda used to fail at the first next()."""
+    ds = open_ds(paths)
+    for method in ("spawn", "forkserver"):
+        with pytest.raises(TypeError, match=f"collate_fn must be picklable with multiprocessing_context='{method}'"):
+            ds.to_torch_dataloader(num_workers=1, collate_fn=lambda b: b, multiprocessing_context=method, verbose=False)
+    dl = ds.to_torch_dataloader(num_workers=1, batch_size=8, collate_fn=lambda b: len(b),  # fork pickles nothing
+                                multiprocessing_context="fork", persistent_workers=False, verbose=False)
+    assert sum(dl) == len(ds)
+
+
 def test_defaults_and_torch_settings(paths, caplog):
     ds = open_ds(paths)
     caplog.set_level(logging.INFO, logger="datasetrt.loader")

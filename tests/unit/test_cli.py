@@ -47,3 +47,65 @@ def test_validate_fails_on_a_flipped_shard_byte(write_caches, capsys):
     out = capsys.readouterr().out
     assert f"ok   {good}" in out
     assert f"FAIL {bad}" in out and "checksum mismatch" in out
+
+
+def test_inspect_reads_everything_it_can_and_names_every_damaged_file(write_caches, capsys):
+    good, bad = write_caches({"good": 4, "bad": 6})
+    shard = bad / "shards" / "000000.bin"
+    shard.write_bytes(shard.read_bytes()[:-3])  # truncated
+    (bad / "checksums.xxh3").unlink()
+    assert main(["inspect", str(good), str(bad)]) == 1
+    out, err = capsys.readouterr()
+    first, second = out.split("\n\n")
+    assert "samples     4" in first and "status      ok" in first and "DAMAGED" not in first
+    assert "metadata.arrow           4 rows, 4 columns, sha256 ok" in first
+    # the damaged cache: its manifest summary, what still reads, and each damaged file
+    assert "samples     6" in second and "index.bin                144 bytes, 6 rows" in second
+    assert "metadata.arrow           6 rows" in second
+    assert f"shards/000000.bin        DAMAGED: {shard.stat().st_size:,} bytes, expected" in second
+    assert "checksums.xxh3           DAMAGED: cannot be read: No such file or directory" in second
+    assert "status      damaged (2 problems)" in second
+    assert err.splitlines() == [f"error: {shard}: {shard.stat().st_size:,} bytes, expected {shard.stat().st_size + 3:,} "
+                                "(the manifest's byte_len)",
+                                f"error: {bad}/checksums.xxh3: cannot be read: No such file or directory (os error 2)"]
+
+
+def test_inspect_damaged_metadata_and_missing_manifest(write_caches, tmp_path, capsys):
+    (cache,) = write_caches({"m": 5})
+    table = cache / "metadata.arrow"
+    data = bytearray(table.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    table.write_bytes(bytes(data))
+    assert main(["inspect", str(cache)]) == 1
+    out, err = capsys.readouterr()
+    assert "samples     5" in out and "shards/000000.bin" in out and "metadata.arrow           DAMAGED: " in out
+    assert err.startswith(f"error: {table}: ")
+    (cache / "manifest.json").unlink()
+    assert main(["inspect", str(cache)]) == 1
+    out, err = capsys.readouterr()
+    assert "holds checksums.xxh3, index.bin, metadata.arrow, shards/" in out
+    assert "manifest.json            DAMAGED: MissingManifestError: missing manifest" in out and "missing manifest" in err
+
+
+def test_inspect_json_for_several_directories_is_a_list(write_caches, capsys):
+    paths = write_caches({"j1": 2, "j2": 3})
+    (paths[1] / "index.bin").write_bytes(b"\0" * 5)
+    assert main(["inspect", *map(str, paths), "--json"]) == 1
+    docs = json.loads(capsys.readouterr().out)
+    assert [(d["source_name"], d["status"], d["sample_count"]) for d in docs] == [("j1", "ok", 2), ("j2", "damaged", 3)]
+    assert docs[1]["problems"] == [{"file": "index.bin", "problem": "5 bytes, expected 72 (24 per sample x 3 samples)"}]
+    assert docs[0]["problems"] == [] and docs[0]["metadata_rows"] == 2
+
+
+def test_a_staging_root_is_named_not_failed(write_caches, capsys):
+    paths = write_caches({"s1": 2, "s2": 2})
+    base = paths[0].parent
+    (base / "tmp").mkdir()  # as dataset-rt leaves it (datasetrt removes it when a write empties it)
+    (base / "tmp" / ".s3.lock").write_bytes(b"")
+    entries = sorted(map(str, base.iterdir()))
+    assert main(["validate", *entries]) == 0
+    out = capsys.readouterr().out
+    assert f"skip {base / 'tmp'}: staging directory, not a cache" in out and out.count("ok ") == 2
+    assert main(["inspect", *entries]) == 0
+    out = capsys.readouterr().out
+    assert "staging directory, not a cache" in out and out.count("status      ok") == 2

@@ -25,7 +25,7 @@ from datasetrt.integrations.torch import distributed
 from datasetrt.integrations.torch.base import _check_identity
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
-    MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, worker_settings,
+    MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, check_collate_picklable, worker_settings,
 )
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
 
@@ -221,7 +221,8 @@ def to_torch_dataloader(
         partition=worker_partition, batch_size=batch_size, drop_last=drop_last, work_dir=work_dir,
         worker_args={"num_workers": num_workers, "native_num_workers": native_num_workers, "timeout": timeout,
                      "persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor,
-                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": sample_transform_fn})
+                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": sample_transform_fn},
+        collate_fn=collate_fn)
     plan, spec, settings, worker_seeds = built.plan, built.spec, built.settings, built.worker_seeds
     processes, prefetch, context = settings.processes, settings.prefetch, settings.context
     rank, world, share, partition = spec.rank, spec.world, built.share, built.partition
@@ -262,7 +263,7 @@ class _Built:
 
 def _plan_loader(dataset: CachedDataset, what: str, *, shuffle: bool, seed: int | str, samples_per_epoch: int | None,
                  partition: str | None, batch_size: int, drop_last: bool, work_dir: Any,
-                 worker_args: dict) -> _Built:
+                 worker_args: dict, collate_fn: Callable | None = None) -> _Built:
     """The sampling plan of a loader over `dataset` (arguments already checked by
     `check_arguments`), in this rank's topology: worker settings, the rank share and its warning,
     the common seed (agreed with rank 0 under a process group: a collective call) and the pass
@@ -277,6 +278,7 @@ def _plan_loader(dataset: CachedDataset, what: str, *, shuffle: bool, seed: int 
         raise ConfigError(f"seed='random' with WORLD_SIZE={world} needs an initialised torch.distributed process "
                           f"group to share rank 0's seed; pass an explicit seed (the same on every rank)")
     settings = worker_settings(**worker_args, local_world_size=replica.local_world_size)
+    check_collate_picklable(collate_fn, settings.context)
 
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:

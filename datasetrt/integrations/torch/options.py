@@ -161,6 +161,19 @@ def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float
     return WorkerSettings(processes, threads, persistent, prefetch, context)
 
 
+def check_collate_picklable(collate_fn: Callable | None, context: BaseContext | None) -> None:
+    """ArgumentTypeError when a non-fork context would have to pickle `collate_fn` into each torch
+    worker and cannot: raised when the loader is built, not as torch's PicklingError at next()."""
+    if collate_fn is None or context is None or context.get_start_method() == "fork":
+        return
+    try:
+        ForkingPickler(_PickleSink(), pickle.HIGHEST_PROTOCOL).dump(collate_fn)
+    except Exception as error:
+        raise ArgumentTypeError(
+            f"collate_fn must be picklable with multiprocessing_context={context.get_start_method()!r} "
+            f"({error}); use a module-level function or multiprocessing_context='fork'") from error
+
+
 def _loader_event(message: str) -> None:
     """INFO on logger `datasetrt.loader`; without configured handlers, one line on stderr."""
     logger = logging.getLogger(LOGGER_NAME)

@@ -213,7 +213,7 @@ def test_interrupt_with_a_group_in_flight_cleans_up(tmp_path):
     try:
         with pytest.raises(KeyboardInterrupt):
             rt.write_cache([InterruptAfter("ki", items, KeyboardInterrupt())], tmp_path, writer_config=QUIET)
-        assert os.listdir(tmp_path) == ["tmp"] and os.listdir(tmp_path / "tmp") == []
+        assert os.listdir(tmp_path) == []
         (ok,) = rt.write_cache([Raw("after", items[:3])], tmp_path, writer_config=QUIET)
         assert isinstance(ok, drt.CacheWriteSuccess)
     finally:

@@ -47,6 +47,14 @@ def fails(df: pl.DataFrame, message: str) -> None:
     assert str(info.value) == message
 
 
+def bad_weight(row: int, value: float, more: int = 0) -> str:
+    """dataset-rt's "weight {row} must be positive and finite", then the row's identity and value."""
+    cache_id, sample_id = (IDS[0], row) if row < COUNTS[0] else (IDS[1], row - COUNTS[0])
+    tail = f"; {more} more row{'s' if more > 1 else ''} too" if more else ""
+    return (f"weight {row} must be positive and finite: row {row} (cache_id={cache_id}, sample_id={sample_id}) "
+            f"has weight {value!r}{tail}")
+
+
 def ok(df: pl.DataFrame):
     return validate_update(df, CATALOG, SCHEMA)
 
@@ -169,16 +177,17 @@ def test_weight_null():
 @pytest.mark.parametrize("bad", [0.0, -0.0, -1.0, float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("row", [0, 4, 8])
 def test_weight_not_positive_finite(bad, row):
-    fails(physical().with_columns(at("weight", row, bad, pl.Float64)), f"weight {row} must be positive and finite")
+    fails(physical().with_columns(at("weight", row, bad, pl.Float64)), bad_weight(row, bad))
 
 
 def test_weight_reports_first_bad_row():
     df = physical().with_columns(at("weight", 6, -1.0)).with_columns(at("weight", 2, float("nan")))
-    fails(df, "weight 2 must be positive and finite")
+    fails(df, bad_weight(2, float("nan"), more=1))
     fails(physical().with_columns(pl.col("weight").cast(pl.Int64)).with_columns(at("weight", 3, 0, pl.Int64)),
-          "weight 3 must be positive and finite")
+          bad_weight(3, 0.0))
     fails(physical().with_columns(pl.col("weight").cast(pl.Float32)).with_columns(at("weight", 5, float("inf"), pl.Float32)),
-          "weight 5 must be positive and finite")
+          bad_weight(5, float("inf")))
+    fails(physical().with_columns(pl.lit(-2.0).alias("weight")), bad_weight(0, -2.0, more=8))
 
 
 def test_tiny_and_huge_weights_accepted():
@@ -269,5 +278,6 @@ def test_million_rows_validate_columnar():
     assert len(active) == n
     assert active.cache_pos[[0, 599_999, 600_000, n - 1]].tolist() == [0, 0, 1, 1]
     assert active.sample_id[[599_999, 600_000, n - 1]].tolist() == [599_999, 0, 399_999]
-    with pytest.raises(MetadataValidationError, match="^weight 999999 must be positive and finite$"):
+    with pytest.raises(MetadataValidationError, match=r"^weight 999999 must be positive and finite: row 999999 "
+                                                      r"\(cache_id=9, sample_id=399999\) has weight 0\.0$"):
         validate_update(df.with_columns(at("weight", n - 1, 0.0)), catalog, ())

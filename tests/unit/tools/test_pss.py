@@ -1,4 +1,5 @@
-"""scripts/pss: process-tree PSS/USS/RSS sampling of a command or a pid (docs/memory-guide.md).
+"""`datasetrt pss` (datasetrt/tools/pss.py; scripts/pss is a wrapper): process-tree PSS/USS/RSS
+sampling of a command or a pid (docs/memory-guide.md).
 
 The measured programs are small Python scripts that allocate a known number of touched bytes;
 PSS of a process is at least its private allocation, so tree totals must be at least the sum.
@@ -14,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PSS = ROOT / "scripts" / "pss"
+CLI = [sys.executable, "-m", "datasetrt.cli", "pss"]  # what `datasetrt pss` runs
 MIB = 2**20
 PARENT_ALLOC = 48 * MIB
 CHILD_ALLOC = 24 * MIB
@@ -42,8 +44,8 @@ sys.exit(int(sys.argv[2]))
 """
 
 
-def run_pss(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(PSS), *args], capture_output=True, text=True, timeout=timeout)
+def run_pss(*args: str, timeout: float = 60, tool: list[str] = CLI) -> subprocess.CompletedProcess:
+    return subprocess.run([*tool, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_command_tree_totals_child_csv_and_exit_code(tmp_path):
@@ -132,3 +134,22 @@ def test_png_needs_matplotlib(tmp_path):
     else:
         assert out.returncode == 0, out.stderr
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_without_matplotlib_exits_2_naming_the_bench_extra(tmp_path):
+    """matplotlib is optional (the bench extra): where it is missing, --png is a usage error."""
+    png = tmp_path / "pss.png"
+    hide = "import sys; sys.modules['matplotlib'] = None; from datasetrt.cli import main; sys.exit(main(sys.argv[1:]))"
+    out = run_pss("--png", str(png), "--", sys.executable, "-c", "pass", tool=[sys.executable, "-c", hide, "pss"])
+    assert out.returncode == 2 and not png.exists()
+    assert "--png needs matplotlib" in out.stderr and 'pip install "datasetrt[bench]"' in out.stderr, out.stderr
+
+
+def test_scripts_pss_is_the_same_tool(tmp_path):
+    """The checkout's scripts/pss runs datasetrt/tools/pss.py: same report, JSON and exit code."""
+    json_file = tmp_path / "s.json"
+    out = run_pss("--interval", "0.05", "--json", str(json_file), "--", sys.executable, "-c", "import sys; sys.exit(3)",
+                  tool=[sys.executable, str(PSS)])
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.startswith("scripts/pss: ") and "exited with code 3" in out.stderr
+    assert json.loads(json_file.read_text())["exit_code"] == 3

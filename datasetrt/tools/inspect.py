@@ -1,0 +1,201 @@
+"""`datasetrt inspect DIR...`: what can be read of each cache directory and which file is damaged.
+
+Boundary: reads manifests, file sizes and metadata.arrow through the format layer; never reads
+payloads or hashes shards (that is `datasetrt validate`). Owns the command's output (text or JSON).
+
+Per directory, every check runs even after one fails, so a damaged cache still shows its manifest
+summary, its counts and the list of damaged files: the manifest parses; index.bin is 24 bytes per
+sample; each shard exists with the manifest's size; metadata.arrow decodes, matches the schema and
+its sha256; the checksum sidecar is 8 bytes per sample. A `tmp` directory without a manifest is
+the writers' staging root: reported as such, not as damage. Exit status 1 when any directory is
+damaged. Cost: one manifest read, a stat per file and one metadata.arrow decode per directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from datasetrt.errors import DatasetRTError
+from datasetrt.format.layout import (
+    CHECKSUM_ROW_BYTES,
+    INDEX_NAME,
+    INDEX_ROW_BYTES,
+    MANIFEST_NAME,
+    METADATA_NAME,
+    SHARDS_DIR,
+    STAGING_DIR,
+)
+from datasetrt.format.manifest import Manifest, read_manifest
+
+STAGING_NOTE = "staging directory, not a cache"
+
+
+def is_staging_dir(path: Path) -> bool:
+    """A writers' staging root <base>/tmp (it holds staging dirs and lock files, never a manifest)."""
+    return path.name == STAGING_DIR and path.is_dir() and not (path / MANIFEST_NAME).exists()
+
+
+@dataclass
+class Report:
+    """What `inspect` found in one directory. `files`: (name relative to the cache, what was
+    read) for each file checked in order; `problems`: (file, what is wrong), empty when healthy."""
+
+    path: Path
+    staging: bool = False
+    manifest: Manifest | None = None
+    metadata_rows: int | None = None
+    files: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "staging" if self.staging else "damaged" if self.problems else "ok"
+
+    def summary(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"path": str(self.path), "status": self.status}
+        m = self.manifest
+        if m is not None:
+            doc.update({
+                "format_version": m.format_version,
+                "cache_id": m.cache_id,
+                "source_name": m.source_name,
+                "sample_count": m.sample_count,
+                "schema": [{"name": n, "kind": k} for n, k in m.metadata_schema],
+                "shards": len(m.shards),
+                "shard_bytes": sum(s.byte_len for s in m.shards),
+                "payload_bytes": sum(s.uncompressed_byte_len for s in m.shards),
+                "compression": sorted({s.algo for s in m.shards}),
+                "record_checksums": m.checksums is not None,
+                "zstd_dictionary": None if m.dictionary is None else {
+                    "file": m.dictionary.file, "dict_id": m.dictionary.dict_id, "byte_len": m.dictionary.byte_len,
+                    "sha256": m.dictionary.sha256},
+                "metadata_rows": self.metadata_rows,
+            })
+        doc["files"] = [{"file": f, "read": what} for f, what in self.files]
+        doc["problems"] = [{"file": f, "problem": what} for f, what in self.problems]
+        return doc
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _size(report: Report, path: Path, name: str) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        report.problems.append((name, f"cannot be read: {exc.strerror} (os error {exc.errno})"))
+        return None
+
+
+def _check_size(report: Report, root: Path, name: str, expected: int, unit: str, what: str) -> None:
+    size = _size(report, root / name, name)
+    if size is None:
+        return
+    if size != expected:
+        report.problems.append((name, f"{size:,} bytes, expected {expected:,} ({what})"))
+    else:
+        report.files.append((name, f"{size:,} bytes" + (f", {size // unit:,} rows" if unit > 1 else "")))
+
+
+def inspect_dir(path: Path) -> Report:
+    """Every check on one directory (see module docstring); never raises for what it finds."""
+    report = Report(path)
+    if is_staging_dir(path):
+        report.staging = True
+        return report
+    if not path.is_dir():
+        report.problems.append(("", "not a directory" if path.exists() else "does not exist"))
+        return report
+    try:
+        m = report.manifest = read_manifest(path)
+    except DatasetRTError as exc:
+        report.problems.append((MANIFEST_NAME, _described(exc)))
+        present = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+        report.files.append((".", f"holds {', '.join(present) if present else 'nothing'}"))
+        return report
+    report.files.append((MANIFEST_NAME, f"format v{m.format_version}, {m.sample_count:,} samples, {len(m.shards)} shards"))
+    _check_size(report, path, INDEX_NAME, m.sample_count * INDEX_ROW_BYTES, INDEX_ROW_BYTES,
+                f"{INDEX_ROW_BYTES} per sample x {m.sample_count:,} samples")
+    for shard in m.shards:
+        _check_size(report, path, f"{SHARDS_DIR}/{shard.name}", shard.byte_len, 1, "the manifest's byte_len")
+    if m.checksums is not None:
+        _check_size(report, path, m.checksums.file, m.sample_count * CHECKSUM_ROW_BYTES, CHECKSUM_ROW_BYTES,
+                    f"{CHECKSUM_ROW_BYTES} per sample x {m.sample_count:,} samples")
+    if m.dictionary is not None:
+        from datasetrt.format.dictionary import read_checked
+
+        d = m.dictionary
+        try:
+            read_checked(path, d)
+        except DatasetRTError as exc:
+            report.problems.append((d.file, _described(exc)))
+        else:
+            report.files.append((d.file, f"{d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 ok"))
+    from datasetrt.format.reader import CacheHandle  # the metadata decoder (imports pyarrow lazily)
+
+    try:
+        table = CacheHandle(path, m).read_metadata()
+    except DatasetRTError as exc:
+        report.problems.append((METADATA_NAME, _described(exc)))
+    else:
+        report.metadata_rows = table.num_rows
+        report.files.append((METADATA_NAME, f"{table.num_rows:,} rows, {table.num_columns} columns, sha256 ok"))
+    return report
+
+
+def _print_text(report: Report, out: TextIO) -> None:
+    print(f"cache       {report.path}", file=out)
+    if report.staging:
+        print(f"            {STAGING_NOTE} (writers stage caches and keep lock files here)", file=out)
+        return
+    m = report.manifest
+    if m is not None:
+        algos = sorted({s.algo for s in m.shards})
+        shard_bytes = sum(s.byte_len for s in m.shards)
+        raw_bytes = sum(s.uncompressed_byte_len for s in m.shards)
+        print(f"source      {m.source_name}  (cache_id {m.cache_id if m.cache_id is not None else 'positional (v2)'})", file=out)
+        print(f"format      v{m.format_version}, compression {', '.join(algos) or 'none'}, "
+              f"record checksums {'yes' if m.checksums else 'no'}", file=out)
+        print(f"samples     {m.sample_count:,}", file=out)
+        print(f"shards      {len(m.shards)} files, {shard_bytes:,} bytes stored, {raw_bytes:,} payload bytes", file=out)
+        if m.dictionary is not None:
+            d = m.dictionary
+            print(f"dictionary  {d.file}: {d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 {d.sha256[:16]}...",
+                  file=out)
+        print("schema", file=out)
+        for name, kind in m.metadata_schema:
+            print(f"  {name:<24} {kind}", file=out)
+    print("files", file=out)
+    for name, what in report.files:
+        print(f"  {name:<24} {what}", file=out)
+    for name, what in report.problems:
+        print(f"  {name or '.':<24} DAMAGED: {what}", file=out)
+    print(f"status      {report.status}" + (f" ({len(report.problems)} problem{'s' if len(report.problems) > 1 else ''})"
+                                            if report.problems else ""), file=out)
+
+
+def run(paths: list[Path], as_json: bool, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Inspect each directory in turn; print the reports (JSON: one object, or a list of objects
+    for several directories) on `out` (stdout) and one `error:` line per problem on `err`
+    (stderr). Returns 1 if any directory is damaged, else 0."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    reports = [inspect_dir(Path(os.fspath(p))) for p in paths]
+    if as_json:
+        docs = [r.summary() for r in reports]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2), file=out)
+    else:
+        for k, report in enumerate(reports):
+            if k:
+                print(file=out)
+            _print_text(report, out)
+    for report in reports:
+        for name, what in report.problems:
+            print(f"error: {report.path}{'/' + name if name else ''}: {what}", file=err)
+    return 1 if any(r.problems for r in reports) else 0
