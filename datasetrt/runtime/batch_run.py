@@ -80,13 +80,8 @@ class BatchRun(ParallelRun):
                 head.close()
                 self._next_first = position
             while position < self._end:
-                self._submit()  # slots whose leases ended since the last batch go back to work
-                while position not in self._done and self._failure is None:
-                    self.pool.poll(self.timeout_s)
-                    self._submit()
-                if self._failure is not None:
-                    self._raise_failure(self._failure)
-                done, count = self._done.pop(position)
+                # (slots whose leases ended since the last batch go back to work first)
+                done, count = self._wait_for(position)
                 position += count
                 # Yielded without a local name: while suspended, this frame holds nothing of the
                 # batch, so the consumer's references alone decide when its slot returns.

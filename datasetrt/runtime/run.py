@@ -173,6 +173,17 @@ class ParallelRun:
                 # once, ahead of new ranges, so it is in flight before the consumer reaches it.
                 heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
 
+    def _wait_for(self, position: int) -> tuple[TaskDone, int]:
+        """Keep the ring's free slots working until the task starting at window `position` is
+        done; pop and return its (result, row count). Raises the run's first failure."""
+        self._submit()
+        while position not in self._done and self._failure is None:
+            self.pool.poll(self.timeout_s)
+            self._submit()
+        if self._failure is not None:
+            self._raise_failure(self._failure)
+        return self._done.pop(position)
+
     def _submit(self) -> None:
         ring = self.ring
         while ring.free and (self._todo or self._next_first < self._end):
@@ -233,13 +244,7 @@ class ParallelRun:
                 if held is not None:
                     ring.release(held)
                     held = None
-                self._submit()
-                while position not in self._done and self._failure is None:
-                    self.pool.poll(self.timeout_s)
-                    self._submit()
-                if self._failure is not None:
-                    self._raise_failure(self._failure)
-                done, count = self._done.pop(position)
+                done, count = self._wait_for(position)
                 if done.rows == 0:
                     # The next record alone exceeds a slot: read it here, queue the rest.
                     ring.release(done.slot)
