@@ -631,23 +631,25 @@ def gather_batch(
     const uint8_t[::1] shard_codec,
     const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
     uint8_t[::1] out, int64_t[::1] offsets, int64_t[::1] json_off, int64_t[::1] json_len,
-    int64_t record_bytes, uint64_t unit_bytes,
+    int64_t record_bytes, uint64_t unit_bytes, size_t start, size_t json_bottom,
     Scratch scratch not None, list cache_labels not None, list shard_names not None, str spec_label not None,
 ):
     """Read rows [0, n) into `out` in their final batch layout, in order, until done or `out` is full.
 
     The decoded payload of row i is out[offsets[i] : offsets[i+1]] (`offsets` int64, n+1 entries,
-    offsets[0] = 0): payloads lie back to back from out[0], so out[:offsets[n]] is the batch's
-    `[n, *shape]` array (dense spec) or ragged values, as written. Embedded JSON: when `json_off`
-    and `json_len` have n entries, row i's JSON is kept at out[json_off[i] : +json_len[i]],
-    stacked down from the end of `out` (always above the payloads); when they are empty, it is
+    offsets[0] = start): payloads lie back to back from out[start] (a call continuing an earlier
+    one passes that call's returned payload end and JSON bottom as `start` and `json_bottom`; a
+    first call 0 and len(out)), so out[:offsets[n]] is the batch's `[n, *shape]` array (dense
+    spec) or ragged values, as written. Embedded JSON: when `json_off` and `json_len` have n
+    entries, row i's JSON is kept at out[json_off[i] : +json_len[i]], stacked down from
+    `json_bottom` (always above the payloads); when they are empty, it is
     checked (length, UTF-8) and dropped. The payload spec is checked on each decoded length before
     anything is written: `record_bytes >= 0` -> exactly that many bytes; `unit_bytes > 1` -> a
     multiple of it; a mismatch is a CacheFormatError naming the cache, the sample, the length and
     `spec_label`. Every other check is `gather`'s (index bounds, XXH3, envelope, UTF-8, codec sizes,
     the record's codec state against its cache's: `codec_state` as in `gather`).
 
-    Returns (rows_done, payload_bytes, json_bottom, need_bytes): rows_done < n when `out` is full,
+    Returns (rows_done, payload_end, json_bottom, need_bytes): rows_done < n when `out` is full,
     and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept) does not fit in
     what is left. O(rows + bytes).
 
@@ -661,7 +663,7 @@ def gather_batch(
     cdef Py_ssize_t n_rows = row_cache.shape[0]
     cdef Py_ssize_t i = 0
     cdef bint keep_json = json_off.shape[0] > 0
-    cdef size_t pos = 0, cap = out.shape[0], need = 0, json_top = out.shape[0], kept
+    cdef size_t pos = start, need = 0, json_top = json_bottom, kept
     cdef int64_t c
     cdef uint64_t sid, jlen, plen, dsize, limit
     cdef RecordAt r
@@ -673,6 +675,9 @@ def gather_batch(
     cdef uint64_t span_off = 0, span_total = 0
     cdef const uint8_t* span_base = NULL
     cdef FaultInfo f
+    if start > json_bottom or json_bottom > <size_t>out.shape[0]:
+        raise_fault(F_ARGUMENT, f"gather_batch: start {start} and json_bottom {json_bottom} must satisfy "
+                                f"start <= json_bottom <= len(out) = {out.shape[0]}")
     if offsets.shape[0] < n_rows + 1 or (keep_json and (json_off.shape[0] < n_rows or json_len.shape[0] < n_rows)):
         raise_fault(F_ARGUMENT, f"gather_batch: {n_rows} rows need {n_rows + 1} offsets (got {offsets.shape[0]}) and, "
                                 f"with JSON kept, {n_rows} JSON spans (got {json_off.shape[0]}, {json_len.shape[0]})")
@@ -683,7 +688,7 @@ def gather_batch(
     f.shard = -1
     f.codec = -1
     if n_rows:
-        offsets[0] = 0
+        offsets[0] = start
     with nogil:
         while i < n_rows:
             c = row_cache[i]
@@ -695,9 +700,9 @@ def gather_batch(
             f.codec = codec
             if i < span_stop:
                 rec = span_base + (r.off - span_off)  # read with the run it belongs to
-            elif codec == CODEC_NONE and not keep_json and r.rec_len <= cap - pos:
+            elif codec == CODEC_NONE and not keep_json and r.rec_len <= json_top - pos:
                 span_stop = _span_end(i, n_rows, &row_cache[0], &row_sample[0], &index_addr[0], &index_rows[0],
-                                      c, r.shard_id, r.off, r.rec_len, cap - pos, shard_len[r.shard], &span_total)
+                                      c, r.shard_id, r.off, r.rec_len, json_top - pos, shard_len[r.shard], &span_total)
                 if _pread_full(shard_fd[r.shard], base + pos, span_total, r.off, &f) != 0:
                     break
                 span_base = base + pos

@@ -375,7 +375,7 @@ class CachedDataset:
             try:
                 packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape)
             except ResourceLimitError:
-                # A ring slot per batch does not fit the memory limit or /dev/shm: read records
+                # A ring slot per batch does not fit the memory limit: read records
                 # into small slots and pack each batch here (one copy of its payloads).
                 labels = [str(h.path) for h in self._handles]
                 yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)

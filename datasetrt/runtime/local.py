@@ -23,6 +23,7 @@ import numpy as np
 from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.payloads import PayloadCheck
+from datasetrt.runtime.descriptors import DescriptorBudget
 from datasetrt.runtime.gatherer import Gatherer
 
 INITIAL_OUT_BYTES = 4 << 20
@@ -53,8 +54,8 @@ class LocalReader(Gatherer):
     """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`)."""
 
     def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
-                 max_open_shards: int | None = None) -> None:
-        super().__init__(handles, verify_records=verify_records, max_open_shards=max_open_shards)
+                 budget: DescriptorBudget | None = None) -> None:
+        super().__init__(handles, verify_records=verify_records, budget=budget)
         self._out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
 
     def read_chunk(self, cache_pos: np.ndarray, sample_id: np.ndarray, *, first: int = 0,
@@ -62,19 +63,28 @@ class LocalReader(Gatherer):
         """The given rows, in the given order, gathered as one Chunk (window positions from
         `first`; population rows `row`, default -1). Gathers into `out`, or into this reader's
         own buffer, which the next `read_chunk` reuses: consume such a chunk before reading
-        again (get_item does). The buffer grows until every row fits (one record or a few: for
-        windows use `local_chunks`)."""
+        again (get_item does). The buffer grows (keeping what was gathered) until every row fits
+        (one record or a few: for windows use `local_chunks`)."""
         cache_pos = np.ascontiguousarray(cache_pos, dtype=np.int64)
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
         n = len(cache_pos)
         own = out is None
         buf = self._out if own else out
-        offsets = _record_offsets(n)
-        while True:
-            done, used, need = self.gather_into(cache_pos, sample_id, buf, *offsets)
-            if done == n:
-                break
-            buf = _grown(buf, used + need)  # gather everything again into one buffer that fits
+        offsets = json_off, json_len, data_off, data_len = _record_offsets(n)
+        pos = used = 0  # rows gathered, bytes of buf they use
+        while pos < n:
+            # A gather stops early when buf is full or the rows' caches exceed the descriptor
+            # budget: gather the rest after what is there, offsets made relative to buf.
+            done, more, need = self.gather_into(cache_pos[pos:], sample_id[pos:], buf[used:], json_off[pos:],
+                                                json_len[pos:], data_off[pos:], data_len[pos:])
+            if done:
+                json_off[pos:pos + done] += used
+                data_off[pos:pos + done] += used
+                pos, used = pos + done, used + more
+            else:
+                bigger = _grown(buf, used + max(need, 1))
+                bigger[:used] = buf[:used]
+                buf = bigger
         if own:
             self._out = buf
         if row is None:

@@ -21,10 +21,8 @@ before any process or segment exists (docs/memory-guide.md).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-
 
 from datasetrt.errors import ResourceLimitError
 
@@ -140,18 +138,3 @@ class MemoryBound:
                 f"reader memory bound exceeds memory_limit_bytes ({limit_bytes / 2**20:.1f} MiB): {self.describe()}; "
                 "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes"
             )
-
-
-def check_shm_capacity(needed_bytes: int, shm_dir: Path = SHM_DIR) -> None:
-    """Refuse to start when /dev/shm cannot hold the run's ring."""
-    try:
-        st = os.statvfs(shm_dir)
-    except OSError as exc:
-        raise ResourceLimitError(f"{shm_dir} is not usable for shared memory: {exc}") from None
-    free = st.f_bavail * st.f_frsize
-    if needed_bytes > free:
-        raise ResourceLimitError(
-            f"{shm_dir} has {free / 2**20:.1f} MiB free but the reader needs {needed_bytes / 2**20:.1f} MiB "
-            "for its ring; enlarge it (e.g. `mount -o remount,size=2G /dev/shm`, or docker "
-            "--shm-size) or lower prefetch_size / num_workers"
-        )

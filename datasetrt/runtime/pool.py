@@ -8,10 +8,17 @@ wakes it at once and becomes a `WorkerCrashedError` naming the worker and its ex
 with a dead worker is closed and the next read starts a fresh one. `close()` is idempotent and
 leaves no process behind (Shutdown, join with a timeout, then terminate/kill).
 
-Runs (`open_run` / `submit` / `close_run`): the pool owns each run's id, its /dev/shm directory
-(removed at `close_run`, or by `close()` at the latest), which workers have opened it, and the
-tasks in flight per worker (`inflight`, +1 at `submit`, -1 when the task's TaskDone or
-TaskFailed is routed); a run owns its files and slots.
+Runs (`open_run` / `submit` / `close_run`): the pool owns each run's id, which workers have
+opened it, and the tasks in flight per worker (`inflight`, +1 at `submit`, -1 when the task's
+TaskDone or TaskFailed is routed); a run owns its ring and slots. A worker new to a run gets
+its OpenRun and then the ring's descriptor over its task socket (SCM_RIGHTS): shared memory has
+no name, so no process death can leave one behind (runtime/shm.py).
+
+SIGTERM: while a pool runs, a process whose SIGTERM disposition is the default gets a handler
+that raises SystemExit(143) in the main thread, so `finally` blocks and the runtime's cleanup
+run as for Ctrl-C and the exit status is still 143 (128 + SIGTERM). A handler the program
+installed (or SIG_IGN) is never replaced; the default comes back when the last pool closes
+(from the main thread), and forked children start with the default.
 """
 
 from __future__ import annotations
@@ -23,12 +30,12 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import multiprocess as mp
 from multiprocess import popen_spawn_posix, spawn, util
@@ -47,7 +54,7 @@ from datasetrt.runtime.protocol import (
     WorkerForked,
     WorkerReady,
 )
-from datasetrt.runtime.shm import new_run_dir, remove_run_dir, sweep_stale_runs
+from datasetrt.runtime.shm import send_fd, sweep_stale_runs
 from datasetrt.runtime.worker import worker_main, zygote_main
 
 START_METHODS = ("fork", "spawn")
@@ -60,15 +67,62 @@ def default_start_method() -> str:
     return "spawn"
 
 
+def _raise_system_exit(signum: int, _frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+class _SigtermExit:
+    """The SIGTERM handler pools hold (module docstring): installed by the first holder, put
+    back to the default by the last, never over a handler the program installed itself."""
+
+    holders = 0
+
+    @classmethod
+    def acquire(cls) -> bool:
+        """Hold the handler (installing it over SIG_DFL); False when this is not the main thread
+        or the program has its own handler (the caller then holds nothing)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        current = signal.getsignal(signal.SIGTERM)
+        if current is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _raise_system_exit)
+        elif current is not _raise_system_exit:
+            return False
+        cls.holders += 1
+        return True
+
+    @classmethod
+    def release(cls, _signal=signal, _threading=threading, _handler=_raise_system_exit) -> None:
+        """(Modules bound as defaults: a pool may be closed during interpreter teardown.)"""
+        cls.holders -= 1
+        if (cls.holders == 0 and _threading.current_thread() is _threading.main_thread()
+                and _signal.getsignal(_signal.SIGTERM) is _handler):
+            _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        """A forked child (a reader or DataLoader worker) has no pool: SIGTERM kills it as usual."""
+        cls.holders = 0
+        try:
+            if signal.getsignal(signal.SIGTERM) is _raise_system_exit:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main thread (cannot happen in a fresh child; be safe)
+            pass
+
+
+os.register_at_fork(after_in_child=_SigtermExit.after_fork_in_child)
+
+
 @dataclass(eq=False)
 class PoolRun:
-    """A run as the pool tracks it (`WorkerPool.open_run`): its id and /dev/shm directory, the
-    OpenRun a worker gets before its first task of the run (`opening`, set by the run's owner
-    once its files exist) and the workers that got it."""
+    """A run as the pool tracks it (`WorkerPool.open_run`): its id, the OpenRun a worker gets
+    before its first task of the run and the ring descriptor sent right after it (`opening` and
+    `ring_fd`, set by the run's owner, which also owns the descriptor), and the workers that got
+    them."""
 
     run_id: int
-    run_dir: Path
     opening: OpenRun | None = None
+    ring_fd: int = -1
     workers: set[int] = field(default_factory=set)
 
 
@@ -88,7 +142,6 @@ class WorkerPool:
         self.ready: list[WorkerReady | None] = []
         self.inflight = [0] * num_workers  # tasks submitted to each worker and not answered yet
         self.handlers: dict[int, Callable[[object], None]] = {}  # run id -> its result handler
-        self.run_dirs: set = set()  # /dev/shm dirs of open runs, removed by close() at the latest
         self._run_ids = itertools.count(1)
         self.closed = False
         self.launched_at = 0.0
@@ -96,6 +149,7 @@ class WorkerPool:
         self._zygote = None  # spawn: the process that forks the workers
         self._zygote_pidfd: int | None = None
         self._status: _StatusChannel | None = None
+        self._sigterm: type[_SigtermExit] | None = None  # set while this pool holds the SIGTERM handler
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -104,6 +158,7 @@ class WorkerPool:
         routed by later polls (`ready_workers`). A worker that dies while starting is reported
         by the next poll like any other crash."""
         sweep_stale_runs()
+        self._sigterm = _SigtermExit if _SigtermExit.acquire() else None
         self.launched_at = time.monotonic()
         if self.start_method == "spawn":
             self._launch_zygote()
@@ -117,7 +172,7 @@ class WorkerPool:
             gc.freeze()
         try:
             for index in range(self.num_workers):
-                task_r, task_w = ctx.Pipe(duplex=False)
+                task_w, task_r = ctx.Pipe(duplex=True)  # a socket pair: it carries ring descriptors
                 res_r, res_w = ctx.Pipe(duplex=False)
                 proc = process_class(target=worker_main, args=(index, task_r, res_w, os.getpid()),
                                      name=f"datasetrt-reader-{index}", daemon=True)
@@ -131,8 +186,7 @@ class WorkerPool:
                 self.ready.append(None)
             if self.start_method == "fork":
                 gc.unfreeze()
-            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
-                                               self.run_dirs)
+            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns)
         except BaseException:
             gc.unfreeze()
             self.close()
@@ -143,7 +197,8 @@ class WorkerPool:
         they share its pages; the zygote reports their pids and exit codes on a status pipe."""
         ctx = mp.get_context("spawn")
         try:
-            ends = [(ctx.Pipe(duplex=False), ctx.Pipe(duplex=False)) for _ in range(self.num_workers)]
+            # Task channels are socket pairs (they carry ring descriptors); results are pipes.
+            ends = [(ctx.Pipe(duplex=True), ctx.Pipe(duplex=False)) for _ in range(self.num_workers)]
             status_r, status_w = ctx.Pipe(duplex=False)
             self._status = _StatusChannel(status_r)
             zygote = _ReaderSpawnProcess(target=zygote_main, name="datasetrt-reader-zygote", daemon=True,
@@ -163,7 +218,7 @@ class WorkerPool:
                 self.result_conns.append(res_r)
                 self.ready.append(None)
             self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
-                                               self.run_dirs, zygote, self._status, self._zygote_pidfd)
+                                               zygote, self._status, self._zygote_pidfd)
         except BaseException:
             self.close()
             raise
@@ -175,8 +230,10 @@ class WorkerPool:
         if self._finalizer is not None:
             self._finalizer()
         else:
-            _shutdown(self.procs, self.task_conns, self.result_conns, self.run_dirs, self._zygote, self._status,
-                      self._zygote_pidfd)
+            _shutdown(self.procs, self.task_conns, self.result_conns, self._zygote, self._status, self._zygote_pidfd)
+        holder, self._sigterm = self._sigterm, None
+        if holder is not None:
+            holder.release()
 
     @property
     def pids(self) -> list[int]:
@@ -213,14 +270,12 @@ class WorkerPool:
     # -- messages ---------------------------------------------------------------------------
 
     def open_run(self, handler: Callable[[object], None]) -> PoolRun:
-        """Register a new run: a run id, a fresh /dev/shm run directory (removed by `close_run`,
-        or by the pool's close at the latest) and the handler its TaskDone / TaskFailed messages
-        are routed to. The caller creates the run's files in `run.run_dir` and sets
-        `run.opening` (its OpenRun) before the first `submit`."""
+        """Register a new run: a run id and the handler its TaskDone / TaskFailed messages are
+        routed to. The caller creates the run's ring and sets `run.opening` (its OpenRun) and
+        `run.ring_fd` before the first `submit`."""
         if self.closed:
             raise WorkerError(_STOPPED)
-        run = PoolRun(next(self._run_ids), new_run_dir())
-        self.run_dirs.add(run.run_dir)
+        run = PoolRun(next(self._run_ids))
         self.handlers[run.run_id] = handler
         return run
 
@@ -228,37 +283,46 @@ class WorkerPool:
         """Send `task` to the ready worker with the fewest tasks in flight (any worker while none
         is ready) and count it in flight until its TaskDone / TaskFailed arrives; a worker new to
         the run gets `run.opening` first. Returns the worker index."""
-        if run.opening is None:
-            raise ValueError("PoolRun.opening must be set before the run's first task")
+        if run.opening is None or run.ring_fd < 0:
+            raise ValueError("PoolRun.opening and ring_fd must be set before the run's first task")
         candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
         worker = min(candidates, key=self.inflight.__getitem__)
         if worker not in run.workers:
-            self._send(worker, run.opening)
+            try:
+                self._send(worker, run.opening)
+                self._send_fd(worker, run.ring_fd)
+            except BaseException:
+                # Interrupted between the two, the worker's channel would be out of step.
+                self.close()
+                raise
             run.workers.add(worker)
         self.inflight[worker] += 1
         self._send(worker, task)
         return worker
 
     def close_run(self, run: PoolRun) -> None:
-        """Idempotent: drop the run's handler, tell the workers that opened it (CloseRun) and
-        remove its directory. Results of the run that still arrive are discarded."""
-        self.handlers.pop(run.run_id, None)
-        if run.run_dir not in self.run_dirs:
-            return  # closed already, or the pool removed it when it closed (crash, runtime.close, exit)
-        self.run_dirs.discard(run.run_dir)
+        """Idempotent: drop the run's handler and tell the workers that opened it (CloseRun: they
+        unmap its ring). Results of the run that still arrive are discarded."""
+        if self.handlers.pop(run.run_id, None) is None:
+            return  # closed already
         if not self.closed:
             for worker in sorted(run.workers):
                 try:
                     self._send(worker, CloseRun(run.run_id))
                 except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
                     break
-        remove_run_dir(run.run_dir)
 
     def _send(self, worker: int, msg: object) -> None:
         if self.closed:
             raise WorkerError(_STOPPED)
         try:
             self.task_conns[worker].send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+        except (BrokenPipeError, OSError):
+            self._raise_dead(worker)
+
+    def _send_fd(self, worker: int, fd: int) -> None:
+        try:
+            send_fd(self.task_conns[worker], fd)
         except (BrokenPipeError, OSError):
             self._raise_dead(worker)
 
@@ -418,7 +482,7 @@ class _LeanSpawnPopen(popen_spawn_posix.Popen):
 
     The stock launch first starts a resource-tracker process (a third interpreter, ~10 MiB of
     PSS) so children can register named semaphores and shared-memory blocks for cleanup. Reader
-    workers register none: the parent owns the run files in /dev/shm and removes them itself. The
+    workers register none: the parent passes them each run's ring as a descriptor (no name). The
     body is `popen_spawn_posix.Popen._launch` with the tracker fd left out (`tracker_fd=None`;
     a child that did register something would start its own tracker lazily).
     """
@@ -479,11 +543,11 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set, zygote=None,
+def _shutdown(procs: list, task_conns: list, result_conns: list, zygote=None,
               status: _StatusChannel | None = None, zygote_pidfd: int | None = None) -> None:
-    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe; remove
-    the /dev/shm directories of runs still open. Runs at close(), garbage collection, or
-    interpreter exit (weakref.finalize's atexit hook, before module teardown)."""
+    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe (the
+    workers' ring mappings go with them). Runs at close(), garbage collection, or interpreter
+    exit (weakref.finalize's atexit hook, before module teardown)."""
     for conn in task_conns:
         try:
             conn.send_bytes(pickle.dumps(Shutdown()))
@@ -520,6 +584,3 @@ def _shutdown(procs: list, task_conns: list, result_conns: list, run_dirs: set, 
             conn.close()
         except OSError:
             pass
-    for run_dir in list(run_dirs):
-        remove_run_dir(run_dir)
-    run_dirs.clear()

@@ -4,13 +4,15 @@ Boundary: plain frozen dataclasses (ints, floats, strings, tuples, and the froze
 `SlotLayout` records); no behaviour, no numpy.
 
 NOTE (worker protocol) — the one description; docs/architecture.md points here.
-One pipe per direction per worker: tasks parent -> worker, results worker -> parent; every
-message is one pickled dataclass below (never a tuple). The parent waits on every result pipe and
+One channel per direction per worker: tasks parent -> worker (a Unix socket, so it can carry
+descriptors), results worker -> parent (a pipe); every message is one pickled dataclass below
+(never a tuple). The parent waits on every result pipe and
 every worker's process sentinel at once (`multiprocess.connection.wait`), so a dead worker wakes
 it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.py) owns its ring.
   parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask of
-                                  the run: the caches (`CacheSet`), the ring file and its
-                                  `SlotLayout`
+                                  the run: the caches (`CacheSet`) and the ring's `SlotLayout`,
+                                  followed at once by the ring's memfd as one SCM_RIGHTS byte
+                                  (runtime/shm.py send_fd / recv_fd): the ring has no name
                      ReadTask     fill slot `slot` for window positions [first, first+count):
                                   the parent wrote their plan into the slot's header first
                      CloseRun     after the run ends; the worker unmaps the run's files
@@ -59,7 +61,6 @@ class CacheSet:
 class OpenRun:
     run_id: int
     caches: CacheSet
-    ring_path: str
     layout: SlotLayout
 
 

@@ -4,13 +4,15 @@ slot by the names `runtime.slot.SlotLayout` defines.
 Boundary: numpy and the run's ring file; no processes, no records (a `Chunk` is arrays), no
 Polars or Torch.
 
-Ownership: the parent creates the ring file (inside the run's /dev/shm directory, which the pool
-removes) and maps it read-write; workers attach to it. A slot is either free (in `free`) or
-lent: to a task between `acquire()` and the task's result, then to whoever holds what was made
+Ownership: the parent creates the ring (an anonymous memfd, runtime/shm.py: it has no name to
+leave behind), maps it read-write and keeps its descriptor (`fd`) until `close()` or collection,
+for the pool to pass to each worker of the run, which maps it. A slot is either free (in `free`)
+or lent: to a task between `acquire()` and the task's result, then to whoever holds what was made
 from it, until it returns: by `release(slot)` (a "records" run, when the consumer asks for the
 next chunk) or by its lease (`lease(slot)`: when the last view made from the lease's array is
 gone). Views from `arrays()`, `region()` and `chunk()` are only meaningful while their slot is
-lent to the caller; a lease's views are valid for as long as they exist.
+lent to the caller; a lease's views are valid for as long as they exist (closing the descriptor
+never unmaps: the mapping outlives every view).
 
 Every view holds a buffer export of the mapping (`np.frombuffer`; `np.ndarray(buffer=)` keeps
 none), so `close()` never unmaps memory a view still points to: the mapping then lives until the
@@ -20,29 +22,31 @@ last view is gone, whatever happened to the run, its files and its workers meanw
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 
 from datasetrt.runtime.local import Chunk
-from datasetrt.runtime.shm import create_shared_file
+from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import PARENT, SlotLayout
 
 
 class Ring:
-    """`slots` slots of `layout` in one shared file at `path` (created here, pages reserved).
+    """`slots` slots of `layout` in one anonymous shared file (created here, pages reserved;
+    `name` labels it in /proc maps).
 
     Each slot's full-length views are made once, here (a view costs a few microseconds, and a
     task reads or writes eight of them); `array`, `region` and `chunk` hand out slices of them.
     """
 
-    def __init__(self, path: Path, layout: SlotLayout, slots: int) -> None:
-        self.path = path
+    def __init__(self, name: str, layout: SlotLayout, slots: int) -> None:
+        self.name = name
         self.layout = layout
         self.slots = slots
-        self.map = create_shared_file(path, slots * layout.slot_bytes)
+        self.map, self.fd = create_shared_memory(name, slots * layout.slot_bytes)
+        self._close_fd = weakref.finalize(self, os.close, self.fd)
         self.free: deque[int] = deque(range(slots))
         self._leases: dict[int, weakref.ref] = {}  # slot -> weakref of its lease array, while leased
         self._plan_names = frozenset(f.name for f in layout.arrays if f.writer == PARENT)
@@ -114,9 +118,12 @@ class Ring:
         return Chunk(first, rows, self.region(slot, "data"), **self.arrays(slot, rows))
 
     def close(self) -> None:
-        """Unmap (idempotent). While a view handed out is alive the mapping stays (BufferError
-        from mmap, ignored) and goes when the last such view and this ring are collected."""
+        """Close the descriptor and unmap (idempotent). While a view handed out is alive the
+        mapping stays (BufferError from mmap, ignored) and goes when the last such view and this
+        ring are collected."""
         self._arrays = self._regions = None
+        self.fd = -1
+        self._close_fd()
         try:
             self.map.close()
         except BufferError:

@@ -1,4 +1,4 @@
-"""One parallel read: a ring in a /dev/shm run dir, planned tasks to workers, reorder to plan order.
+"""One parallel read: a shared-memory ring, planned tasks to workers, reorder to plan order.
 
 Boundary: numpy arrays, the worker pool and the ring; no Polars, no Torch, no record types (the
 consumer turns chunks into samples or batches). Slot bytes are named in runtime/slot.py and
@@ -26,7 +26,7 @@ import numpy as np
 from datasetrt import errors
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
-from datasetrt.runtime.memory import MemoryBound, check_shm_capacity
+from datasetrt.runtime.memory import MemoryBound
 from datasetrt.runtime.pool import PoolRun, WorkerPool
 from datasetrt.runtime.protocol import CacheSet, OpenRun, ReadTask, TaskDone, TaskFailed
 from datasetrt.runtime.ring import Ring
@@ -129,9 +129,9 @@ class ParallelRun:
 
     def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: RunShape | None = None,
                  bound: MemoryBound | None = None) -> None:
-        """Check the memory bound and /dev/shm first; only then get (maybe start) the pool.
-        `shape` and its `bound` default to the "records" ring of `RunShape.plan`."""
-        self.run_dir = None
+        """Check the memory bound first; only then get (maybe start) the pool. `shape` and its
+        `bound` default to the "records" ring of `RunShape.plan`."""
+        self._closed = True  # until the pool has registered the run
         self.window = spec.window
         self.timeout_s = spec.timeout_s
         self.fallback = spec.fallback
@@ -142,7 +142,6 @@ class ParallelRun:
         self.shape = shape
         self._end = self.window.length  # window positions [0, _end) are read
         bound.check(spec.memory_limit_bytes)
-        check_shm_capacity(bound.ring_bytes)
         self.pool = get_pool()
         self.ring: Ring | None = None
         self._todo: list[tuple[int, int]] = []  # heap of continuation ranges, served first
@@ -152,10 +151,10 @@ class ParallelRun:
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
         self._run: PoolRun = self.pool.open_run(self._on_message)
-        self.run_id, self.run_dir = self._run.run_id, self._run.run_dir
+        self.run_id, self._closed = self._run.run_id, False
         try:
-            self.ring = Ring(self.run_dir / "ring", self.shape.layout, self.shape.slots)
-            self._run.opening = OpenRun(self.run_id, spec.caches, str(self.ring.path), self.shape.layout)
+            self.ring = Ring(f"run{self.run_id}-ring", self.shape.layout, self.shape.slots)
+            self._run.opening, self._run.ring_fd = OpenRun(self.run_id, spec.caches, self.shape.layout), self.ring.fd
         except BaseException:
             self.close()
             raise
@@ -267,12 +266,13 @@ class ParallelRun:
                                         out=np.empty(0, dtype=np.uint8))
 
     def close(self) -> None:
-        """Idempotent: unmap the ring, then let the pool drop the run (handler, CloseRun to the
-        workers that opened it, its directory). The pool also closes its runs when it closes,
-        so `runtime.close()` cleans up after iterators that are still open."""
-        run_dir, self.run_dir = self.run_dir, None
-        if run_dir is None:
+        """Idempotent: close the ring (descriptor and mapping), then let the pool drop the run
+        (handler, CloseRun to the workers that opened it). When the pool closes first
+        (`runtime.close()` with iterators still open), the workers' mappings go with the workers
+        and the ring's memory when this run is closed or collected."""
+        if self._closed:
             return
+        self._closed = True
         if self.ring is not None:
             self.ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
         self.pool.close_run(self._run)

@@ -1,13 +1,20 @@
-"""Shared-memory files of one reader run: a directory under /dev/shm owned by the parent.
+"""Shared memory of reader runs: anonymous memory files (memfd) passed to workers as descriptors.
 
-Boundary: files and mappings; knows nothing of records or tables.
+Boundary: descriptors and mappings; knows nothing of records, tables or runs' contents.
 
-Ownership: the parent creates `/dev/shm/datasetrt-<pid>-<token>/`, every file in it (today the
-run's ring), and removes it (normal end, exception, abandoned iterator, interrupt, runtime
-close). Workers only map its files read-write and never unlink. Nothing is registered with the
-`multiprocess` resource tracker (the zygote is spawned without one: `pool._LeanSpawnPopen`). A
-parent killed with SIGKILL leaves its directory behind; the next `sweep_stale_runs()` (at every
-runtime start) removes directories whose owner pid is gone.
+Ownership: no shared memory of a run ever has a name. The parent creates each file with
+`memfd_create` (it appears only as `/memfd:datasetrt-<pid>-<what> (deleted)` in the maps and fd
+lists of the processes that hold it), maps it, and hands the descriptor to each worker over the
+worker's task socket (SCM_RIGHTS, `send_fd` / `recv_fd`); the worker maps it and closes the
+descriptor. The memory is freed by the kernel when the last mapping and descriptor are gone,
+whichever process goes last and however it ends (exit, exception, SIGTERM, SIGKILL): nothing in
+/dev/shm or any file system can outlive its owners, so nothing needs unlinking or sweeping.
+Nothing is registered with the `multiprocess` resource tracker (the zygote is spawned without
+one: `pool._LeanSpawnPopen`).
+
+`sweep_stale_runs()` (at every pool launch) is the backstop for `/dev/shm/datasetrt-<pid>-*`
+directories that releases before this one created (one per run, named, removed by the parent):
+it removes those whose owner pid is gone.
 """
 
 from __future__ import annotations
@@ -15,26 +22,15 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import secrets
 import shutil
+import socket
 from pathlib import Path
 
-
+from datasetrt.errors import ResourceLimitError
 from datasetrt.runtime.memory import SHM_DIR
 
 RUN_PREFIX = "datasetrt-"
 _RUN_RE = re.compile(r"^datasetrt-(\d+)-[0-9a-f]+$")
-
-
-def new_run_dir(shm_dir: Path = SHM_DIR) -> Path:
-    """Create a fresh, private run directory (mode 0700)."""
-    path = shm_dir / f"{RUN_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-    path.mkdir(mode=0o700)
-    return path
-
-
-def remove_run_dir(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
@@ -49,29 +45,62 @@ def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
     for entry in entries:
         m = _RUN_RE.match(entry.name)
         if m and not psutil.pid_exists(int(m.group(1))):
-            remove_run_dir(entry)
+            shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
 
 
-def create_shared_file(path: Path, size: int) -> mmap.mmap:
-    """Create `path` of `size` bytes with its pages reserved (posix_fallocate: ENOSPC now, not
-    SIGBUS later), and map it read-write."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
+    """An anonymous shared file of `size` bytes with its pages reserved (posix_fallocate: a typed
+    error now, not SIGBUS later), mapped read-write: (mapping, descriptor). The caller owns the
+    descriptor (close it once no worker needs it any more); `what` names it in /proc maps."""
+    fd = os.memfd_create(f"{RUN_PREFIX}{os.getpid()}-{what}", os.MFD_CLOEXEC)
     try:
         if size:
-            os.posix_fallocate(fd, 0, size)
-        return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                raise ResourceLimitError(
+                    f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
+                    f"{exc.strerror} (os error {exc.errno}); lower prefetch_size / num_workers") from None
+        return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
+    except BaseException:
         os.close(fd)
+        raise
 
 
-def attach_shared_file(path: Path, writable: bool) -> mmap.mmap:
-    """Map an existing run file (workers)."""
-    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
+def attach_shared_memory(fd: int, writable: bool) -> mmap.mmap:
+    """Map a shared file received from the parent (workers); closes `fd` (the mapping keeps the
+    memory alive)."""
     try:
         size = os.fstat(fd).st_size
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
         return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, prot)
     finally:
         os.close(fd)
+
+
+def send_fd(conn, fd: int) -> None:
+    """Send a duplicate of `fd` over `conn` (a `multiprocess` Connection on a Unix socket) as one
+    byte with SCM_RIGHTS; the receiver calls `recv_fd` before reading its next message."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=conn.fileno())
+    try:
+        socket.send_fds(sock, [b"F"], [fd])
+    finally:
+        sock.detach()  # the Connection keeps its descriptor
+
+
+def recv_fd(conn) -> int:
+    """The descriptor `send_fd` sent (close-on-exec). EOFError when the sender is gone."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=conn.fileno())
+    try:
+        data, fds, flags, _addr = socket.recv_fds(sock, 1, 1, socket.MSG_CMSG_CLOEXEC)
+    finally:
+        sock.detach()
+    if not data:
+        raise EOFError("the parent closed the task socket")
+    if data != b"F" or len(fds) != 1 or flags & socket.MSG_CTRUNC:
+        for fd in fds:
+            os.close(fd)
+        raise OSError(f"expected one shared-memory descriptor from the parent, got {len(fds)} (flags {flags:#x})")
+    return fds[0]

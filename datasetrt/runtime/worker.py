@@ -6,8 +6,11 @@ spawned one has none of them). The parent plans: each task's rows (cache positio
 arrive in the slot header (runtime/slot.py), so a worker needs no planner, table or snapshot.
 How a slot is filled depends on its layout's kind (`FILLERS`, one function per layout).
 
-The worker ignores SIGINT (the parent owns interrupt handling and cleanup), exits when the parent
-process dies (a pidfd watched by a daemon thread), and also exits when its task pipe reaches EOF.
+The worker ignores SIGINT (the parent owns interrupt handling and cleanup), dies of SIGTERM (the
+default action, whatever handler a forked worker inherited), exits when the parent process dies
+(a pidfd watched by a daemon thread), and also exits when its task socket reaches EOF. A run's
+ring arrives as a descriptor right after its OpenRun; the worker maps it and closes the
+descriptor, so the memory goes when the parent and the workers have unmapped it.
 Exceptions while serving a task are reported as TaskFailed with the traceback text; the worker
 keeps serving.
 """
@@ -23,7 +26,6 @@ import sys
 import threading
 import traceback
 from collections import OrderedDict
-from pathlib import Path
 
 from datasetrt.errors import CacheFormatError
 from datasetrt.format.reader import CacheHandle
@@ -40,7 +42,7 @@ from datasetrt.runtime.protocol import (
     WorkerForked,
     WorkerReady,
 )
-from datasetrt.runtime.shm import attach_shared_file
+from datasetrt.runtime.shm import attach_shared_memory, recv_fd
 from datasetrt.runtime.slot import WorkerSlot
 
 MAX_CACHED_READERS = 4
@@ -72,12 +74,12 @@ def _die_with_parent(parent_pid: int) -> None:
 class _Run:
     """A run as one worker sees it: its ring mapping, slot layout and the cache gatherer."""
 
-    def __init__(self, spec: OpenRun, reader: Gatherer) -> None:
+    def __init__(self, spec: OpenRun, reader: Gatherer, ring_fd: int) -> None:
+        self.ring = attach_shared_memory(ring_fd, writable=True)  # closes ring_fd: the mapping holds the memory
         self.spec = spec
         self.reader = reader
         self.layout = spec.layout
         self.fill = FILLERS[spec.layout.kind]
-        self.ring = attach_shared_file(Path(spec.ring_path), writable=True)
         self.view = memoryview(self.ring)
         self.slots: dict[int, WorkerSlot] = {}  # views of the slots this worker filled, made once
 
@@ -133,6 +135,7 @@ FILLERS = {"records": _fill_records, "batch": _fill_batch}
 def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
     """Entry point of worker `index` (importable for the spawn start method)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's exit-on-SIGTERM handler (fork)
     _die_with_parent(parent_pid)
     _send(result_conn, WorkerReady(index, os.getpid(), tuple(m for m in HEAVY_MODULES if m in sys.modules)))
     readers: OrderedDict[str, Gatherer] = OrderedDict()
@@ -150,6 +153,10 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 _report(result_conn, index, msg.run_id, msg.task_id, exc)
         elif isinstance(msg, OpenRun):
             try:
+                ring_fd = recv_fd(task_conn)  # sent right after OpenRun: take it before anything can fail
+            except (EOFError, OSError):
+                break  # the parent is gone, or the channel is out of step: exit (the parent sees it)
+            try:
                 caches = msg.caches
                 reader = readers.pop(caches.key, None)
                 if reader is None:
@@ -159,10 +166,14 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
                     reader = Gatherer(handles, verify_records=caches.verify_records)
                 readers[caches.key] = reader
-                runs[msg.run_id] = _Run(msg, reader)
+                fd, ring_fd = ring_fd, -1
+                runs[msg.run_id] = _Run(msg, reader, fd)
                 _evict_idle(readers, runs)
             except BaseException as exc:  # noqa: BLE001
                 _report(result_conn, index, msg.run_id, -1, exc)
+            finally:
+                if ring_fd >= 0:
+                    os.close(ring_fd)
         elif isinstance(msg, CloseRun):
             run = runs.pop(msg.run_id, None)
             if run is not None:
@@ -188,6 +199,7 @@ def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: i
     It dies with the parent like the workers do (`_die_with_parent`).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(parent_pid)
     children: dict[int, int] = {}
     gc.freeze()  # the children's garbage collections leave the shared pages alone

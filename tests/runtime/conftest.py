@@ -117,8 +117,20 @@ def consume_within(iterator, timeout_s: float = CRASH_DEADLINE_S) -> int:
 
 
 def shm_entries(pid: int | None = None) -> list[str]:
-    """Run directories in /dev/shm owned by `pid` (default: this test process)."""
+    """Names in /dev/shm made by `pid` (default: this test process). Rings are anonymous memfds,
+    so this is always empty; it was one run directory per open run before (issue 15)."""
     return sorted(p.name for p in SHM.glob(f"datasetrt-{pid or os.getpid()}-*"))
+
+
+def ring_maps(pid: int | str = "self") -> list[str]:
+    """The datasetrt shared-memory files `pid` has mapped (memfds: `name@inode`, one per ring)."""
+    found = set()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split(None, 5)
+            if len(fields) == 6 and fields[5].startswith("/memfd:datasetrt-"):
+                found.add(f"{fields[5].split()[0][len('/memfd:'):]}@{fields[4]}")
+    return sorted(found)
 
 
 def _is_mp_infrastructure(proc: psutil.Process) -> bool:

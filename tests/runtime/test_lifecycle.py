@@ -13,14 +13,22 @@ import os
 import signal
 import subprocess
 import sys
-import shutil
 import textwrap
 
 import pytest
 
 import datasetrt as drt
 from datasetrt.errors import WorkerError
-from tests.runtime.conftest import SHM, active_run, child_pids, consume_within, shm_entries, take, wait_pids_gone, write_cache
+from tests.runtime.conftest import (
+    active_run,
+    child_pids,
+    consume_within,
+    ring_maps,
+    shm_entries,
+    take,
+    wait_pids_gone,
+    write_cache,
+)
 from tests.conftest import sample_items
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,26 +105,33 @@ def test_workers_start_lazily_and_are_reused_across_iterators_and_datasets(share
     assert shm_entries() == []
 
 
-def test_run_dir_lives_while_iterating_and_goes_when_exhausted(shared, paths):
+def test_ring_lives_while_iterating_and_goes_when_exhausted(shared, paths):
     ds = dataset(paths, shared)
     it = iter(ds)
     take(it, 3)
-    [entry] = shm_entries()
-    assert (SHM / entry).stat().st_mode & 0o777 == 0o700  # private to this user
+    [ring] = ring_maps()
     run = active_run(shared)
-    assert (SHM / entry / "ring").stat().st_size == run.shape.slots * run.shape.slot_bytes
+    assert ring.startswith(f"datasetrt-{os.getpid()}-run{run.run_id}-ring@")
+    assert shm_entries() == []  # the ring has no name: private to this process and its workers
+    assert os.fstat(run.ring.fd).st_nlink == 0
+    assert os.fstat(run.ring.fd).st_size == run.shape.slots * run.shape.slot_bytes
+    for pid in shared.worker_pids:  # every worker that got a task maps the same ring
+        assert ring_maps(pid) in ([ring], [])
+    del run  # (a run's ring is unmapped when its last view goes; this test held the run)
     assert len(list(it)) == 697
-    assert shm_entries() == [] and shared._worker_pool.handlers == {}
+    assert ring_maps() == [] and shared._worker_pool.handlers == {}
+    for pid in shared.worker_pids:  # CloseRun: the workers unmapped it too
+        assert ring_maps(pid) == []
 
 
 def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
     pids = started(shared, paths)
     it = iter(dataset(paths, shared, shuffle=False))
     take(it, 5)
-    assert len(shm_entries()) == 1
+    assert len(ring_maps()) == 1 and shm_entries() == []
     del it
     gc.collect()
-    assert shm_entries() == [] and shared._worker_pool.handlers == {}
+    assert ring_maps() == [] and shared._worker_pool.handlers == {}
     assert shared.worker_pids == pids
     assert len(list(dataset(paths, shared))) == 700
 
@@ -199,7 +214,8 @@ EXIT_WITH_OPEN_ITERATOR = textwrap.dedent("""
     it = iter(ds)  # a module-level iterator, still open when the interpreter exits
     next(it)
     runs = [p.name for p in __import__("pathlib").Path("/dev/shm").glob(f"datasetrt-{os.getpid()}-*")]
-    print(json.dumps({"workers": rt.worker_pids, "runs": runs}), flush=True)
+    rings = {line.split()[-2] for line in open("/proc/self/maps") if "/memfd:datasetrt-" in line}
+    print(json.dumps({"workers": rt.worker_pids, "runs": runs, "rings": len(rings)}), flush=True)
     if sys.argv[2] == "uncaught":
         raise RuntimeError("training step failed")
 """)
@@ -212,14 +228,9 @@ def test_interpreter_exit_with_an_open_iterator_leaves_shm_clean(paths, mode):
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == (0 if mode == "exit" else 1), out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(report["runs"]) == 1 and len(report["workers"]) == 2
+    assert report["runs"] == [] and report["rings"] == 1 and len(report["workers"]) == 2
     assert wait_pids_gone(report["workers"]) == []
-    leftover = SHM / report["runs"][0]
-    try:
-        assert not leftover.exists()
-        assert "Exception ignored" not in out.stderr, out.stderr
-    finally:
-        shutil.rmtree(leftover, ignore_errors=True)
+    assert "Exception ignored" not in out.stderr, out.stderr
 
 
 # -- close and garbage collection (each with its own runtime) ----------------------------------------
@@ -245,15 +256,15 @@ def test_del_runtime_and_gc_stops_workers_and_cleans_shm(paths):
     it = iter(ds)
     take(it, 4)
     pids = rt.worker_pids
-    assert len(shm_entries()) == 1
+    assert len(ring_maps()) == 1 and shm_entries() == []
     del it, ds, rt
     gc.collect()
-    assert shm_entries() == []
+    assert shm_entries() == [] and ring_maps() == []
     assert wait_pids_gone(pids) == []
     assert child_pids() <= before
 
 
-def test_close_with_an_open_iterator_removes_its_run_dir(paths):
+def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_iterator(paths):
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     it = iter(dataset(paths, rt))
     take(it, 4)
@@ -262,9 +273,11 @@ def test_close_with_an_open_iterator_removes_its_run_dir(paths):
     try:
         assert not child_pids() & set(pids)
         assert shm_entries() == []
+        assert len(ring_maps()) == 1  # the iterator's chunk may still be viewed: only this process maps it
     finally:
         del it
         gc.collect()
+    assert ring_maps() == []
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])  # spawn: closed during the in-process head start

@@ -1,13 +1,18 @@
 """The memory limit and flow control of the multiprocess reader.
 
 A configuration whose bound (runtime/memory.py) exceeds ReaderConfig.memory_limit_bytes is
-refused, with every term listed, before any worker or /dev/shm entry exists; /dev/shm capacity is
-checked; the default limit is half of min(physical, cgroup); and a slow consumer never lets
+refused, with every term listed, before any worker or shared memory exists; ring memory that
+cannot be reserved is a typed error; the default limit is half of min(physical, cgroup); and a slow consumer never lets
 workers read further ahead than the ring holds.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import polars as pl
@@ -17,10 +22,12 @@ import pytest
 import datasetrt as drt
 from datasetrt.errors import ResourceLimitError
 from datasetrt.runtime import memory
-from datasetrt.runtime.memory import MemoryBound, check_shm_capacity, default_memory_limit_bytes
+from datasetrt.runtime.memory import MemoryBound, default_memory_limit_bytes
 from datasetrt.runtime.run import RunShape
 from tests.conftest import sample_items
-from tests.runtime.conftest import SHM, active_run, child_pids, shm_entries, take, write_cache
+from tests.runtime.conftest import active_run, child_pids, shm_entries, take, write_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TERMS = ("ring", "consumer chunk", "decode scratch")
 
@@ -103,11 +110,38 @@ def test_limit_is_checked_against_the_written_bound(fork_rt, cache, prefetch, is
                 next(iter(ds))
 
 
-def test_shm_capacity_is_checked():
-    with pytest.raises(ResourceLimitError, match="/dev/shm") as info:
-        check_shm_capacity(10**15)
-    assert "MiB" in str(info.value)
-    check_shm_capacity(4096)
+RESERVE_REFUSED = textwrap.dedent("""
+    import json, resource, signal, sys
+    import datasetrt as drt
+    from datasetrt.errors import ResourceLimitError
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    ds = rt.cached_dataset([sys.argv[1]], reader_config=drt.ReaderConfig(seed=1, prefetch_size=100))
+    rt.start_workers()
+    # The kernel refuses to reserve the ring's pages (as when memory runs out): a file size limit
+    # makes posix_fallocate fail (EFBIG) on the ring's memfd as it would on a full /dev/shm.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+    try:
+        next(iter(ds))
+    except ResourceLimitError as exc:
+        message = str(exc)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    print(json.dumps({"message": message, "rows": len(list(ds))}))
+    rt.close()
+""")
+
+
+def test_ring_memory_that_cannot_be_reserved_is_a_typed_error(cache):
+    """Rings are anonymous (runtime/shm.py), so /dev/shm's size no longer limits them; what can
+    still fail is reserving their pages, which is a ResourceLimitError naming the size (not a
+    SIGBUS later), and the runtime reads normally once memory is there."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", RESERVE_REFUSED, str(cache)], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["message"].startswith("cannot reserve ") and "MiB of shared memory" in report["message"]
+    assert "File too large" in report["message"] and report["rows"] == 200
 
 
 # -- the default limit ----------------------------------------------------------------------------
@@ -183,11 +217,11 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
         consumed = len(take(it, 1))
         run = active_run(rt)
         pool, shape = rt._worker_pool, run.shape
-        ring = SHM / run.run_dir.name / "ring"
+        ring_fd = run.ring.fd
         from datasetrt.runtime.run import RunShape
 
         assert shape == RunShape.plan(prefetch, 2, ds._max_record_bytes())
-        assert ring.stat().st_size == shape.slots * shape.slot_bytes
+        assert os.fstat(ring_fd).st_size == shape.slots * shape.slot_bytes
         window_rows = shape.slots * shape.rows_per_task
         assert window_rows < 400  # the ring holds a small part of one pass
         for step in range(4 * window_rows // 9 + 10):
@@ -199,7 +233,7 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
             buffered = sum(done.rows for done, _count in run._done.values())
             assert buffered <= window_rows
             assert run._next_first - consumed <= window_rows
-            assert ring.stat().st_size == shape.slots * shape.slot_bytes
+            assert os.fstat(ring_fd).st_size == shape.slots * shape.slot_bytes
         assert consumed > 3 * window_rows
         del it
     finally:

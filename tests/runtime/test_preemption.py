@@ -1,0 +1,162 @@
+"""Preemption: SIGTERM and SIGKILL to a process iterating `DatasetRuntime(num_workers=2)`, and to
+its workers, fork and spawn (issue 15, item 3).
+
+Whatever kills whom, no `datasetrt-<victim pid>-*` name is left in /dev/shm (rings are anonymous
+memfds: no name exists even while iterating) and no process of the victim is left. SIGTERM to
+the parent runs the normal cleanup (`finally` blocks, workers stopped) and exits 143, unless the
+program installed its own SIGTERM handler, which is left alone. Before this, each run was a named
+/dev/shm directory that SIGTERM (default action) and SIGKILL left behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import datasetrt as drt
+from datasetrt.errors import WorkerCrashedError
+from tests.conftest import sample_items
+from tests.runtime.conftest import consume_within, ring_maps, shm_entries, take, wait_pids_gone, write_cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPORT_DEADLINE_S = 120.0
+
+VICTIM = textwrap.dedent("""
+    import json, os, signal, sys
+    import datasetrt as drt
+    cache, method, own_handler = sys.argv[1], sys.argv[2], sys.argv[3] == "own"
+    if own_handler:  # the program's own handler: datasetrt must leave it in place
+        def on_term(signum, frame):
+            print(json.dumps({"own_handler": signum}), flush=True)
+            os._exit(7)
+        signal.signal(signal.SIGTERM, on_term)
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    ds = rt.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=1, shuffle=False, prefetch_size=4))
+    ds.set_epoch_len(10**12)
+    workers = rt.start_workers()
+    pool = rt._worker_pool
+    it = iter(ds)
+    for _ in range(50):
+        next(it)
+    names = [p.name for p in __import__("pathlib").Path("/dev/shm").glob(f"datasetrt-{os.getpid()}-*")]
+    rings = {line.split()[-2] for line in open("/proc/self/maps") if "/memfd:datasetrt-" in line}
+    try:  # (the report is printed inside: SIGTERM may arrive as soon as it is written)
+        print(json.dumps({"pid": os.getpid(), "workers": workers, "zygote": pool._zygote.pid if pool._zygote else None,
+                          "names": names, "rings": len(rings), "handler": repr(signal.getsignal(signal.SIGTERM))}),
+              flush=True)
+        for _ in it:  # until killed
+            pass
+    finally:
+        print(json.dumps({"finally": True}), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return write_cache(tmp_path_factory.mktemp("preempt"), "p", sample_items(300), "lz4", max_shard_bytes=8192)
+
+
+def start_victim(cache, method: str, handler: str = "default"):
+    """The victim process and its first report (read with a deadline: a hang fails, not blocks)."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.Popen([sys.executable, "-c", VICTIM, str(cache), method, handler], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    ready, _, _ = select.select([proc.stdout], [], [], REPORT_DEADLINE_S)
+    if not ready:
+        proc.kill()
+        pytest.fail(f"the victim reported nothing within {REPORT_DEADLINE_S:.0f} s")
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait()
+        pytest.fail(f"the victim exited early ({proc.returncode}): {proc.stderr.read()}")
+    return proc, json.loads(line)
+
+
+def finish(proc) -> tuple[int, list[dict], str]:
+    out, err = proc.communicate(timeout=REPORT_DEADLINE_S)
+    return proc.returncode, [json.loads(line) for line in out.splitlines() if line.startswith("{")], err
+
+
+def assert_nothing_left(report: dict) -> None:
+    """No name of the victim in /dev/shm, and none of its processes alive."""
+    pids = [*report["workers"], *([report["zygote"]] if report["zygote"] else [])]
+    assert wait_pids_gone(pids) == [], "a worker (or the zygote) outlived the victim"
+    assert shm_entries(report["pid"]) == []
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_parent_leaves_no_name_and_no_process(cache, method, sig):
+    proc, report = start_victim(cache, method)
+    assert report["names"] == [] and report["rings"] == 1  # no name even while it iterates
+    assert len(report["workers"]) == 2 and (report["zygote"] is not None) == (method == "spawn")
+    os.kill(report["pid"], sig)
+    code, lines, err = finish(proc)
+    if sig == signal.SIGTERM:  # the handler raised SystemExit: finally blocks and cleanup ran
+        assert code == 128 + signal.SIGTERM, err
+        assert {"finally": True} in lines and "Traceback" not in err, err
+    else:
+        assert code == -signal.SIGKILL
+    assert_nothing_left(report)
+
+
+def test_the_programs_own_sigterm_handler_is_left_alone(cache):
+    proc, report = start_victim(cache, "spawn", handler="own")
+    assert "on_term" in report["handler"]
+    os.kill(report["pid"], signal.SIGTERM)
+    code, lines, _err = finish(proc)
+    assert code == 7 and {"own_handler": signal.SIGTERM} in lines  # its handler ran; ours was never installed
+    assert_nothing_left(report)  # os._exit skipped cleanup: the workers die with their parent
+
+
+def test_the_sigterm_handler_is_held_while_a_pool_runs():
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        pytest.skip(f"the test runner has its own SIGTERM handler ({before!r})")
+    rt = drt.DatasetRuntime(num_workers=1, start_method="fork")
+    try:
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # nothing before the pool starts
+        rt.start_workers()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert handler is not signal.SIG_DFL
+        with pytest.raises(SystemExit) as info:
+            handler(signal.SIGTERM, None)
+        assert info.value.code == 143
+    finally:
+        rt.close()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_killed_worker_leaves_no_name_and_no_process(cache, method, sig):
+    """The parent raises WorkerCrashedError naming the signal, stops the other worker (and the
+    zygote), and the ring goes with the iterator; no name existed at any point."""
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    try:
+        workers = rt.start_workers()
+        zygote = rt._worker_pool._zygote
+        ds = rt.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=3, shuffle=False, prefetch_size=4,
+                                                                       worker_timeout_s=60.0))
+        ds.set_epoch_len(10**9)
+        it = iter(ds)
+        take(it, 20)
+        assert shm_entries() == [] and len(ring_maps()) == 1
+        assert all(ring_maps(pid) in (ring_maps(), []) for pid in workers)  # the same anonymous ring
+        os.kill(workers[0], sig)
+        with pytest.raises(WorkerCrashedError, match=f"signal {int(sig)}"):
+            consume_within(it)
+        del it
+        gc.collect()
+        assert shm_entries() == [] and ring_maps() == []
+        assert wait_pids_gone([*workers, *([zygote.pid] if zygote else [])]) == []
+    finally:
+        rt.close()
