@@ -2,15 +2,36 @@
 
 `ListSource(name, items)` yields the given (data, metadata) pairs; `sample_items(n, ...)` makes a
 deterministic mix of payload sizes and the four metadata kinds.
+
+Hypothesis profiles: `ci` (derandomized: the same examples on every run, no example database)
+and `explore` (random examples, Hypothesis's defaults), picked by DATASETRT_HYPOTHESIS_PROFILE;
+scripts/test.sh sets `ci`, a bare pytest run explores. Edge cases a property must always cover
+are `@example`s, so they run under either profile. Test order is shuffled by pytest-randomly
+(dev extra); the seed is printed at the end of every run (`--randomly-seed=N` repeats it,
+`-p no:randomly` turns shuffling off).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import datasetrt as drt
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("DATASETRT_HYPOTHESIS_PROFILE", "explore"))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Print how to repeat this run's order and examples, also under -q (which hides the header)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None and config.pluginmanager.has_plugin("randomly"):
+        terminalreporter.write_line(f"test order: pytest-randomly seed {seed} (repeat: --randomly-seed={seed}; fixed order: -p no:randomly)")
+    terminalreporter.write_line(f"hypothesis profile: {settings.get_current_profile_name()}")
 
 
 class ListSource:

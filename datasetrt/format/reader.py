@@ -26,6 +26,7 @@ from datasetrt.format.layout import (
     CHECKSUM_ROW_BYTES,
     INDEX_NAME,
     INDEX_ROW_BYTES,
+    MANIFEST_NAME,
     METADATA_NAME,
     SHARDS_DIR,
 )
@@ -120,12 +121,26 @@ class CacheHandle:
     def sample_count(self) -> int:
         return self.manifest.sample_count
 
+    def _check_still_opened(self) -> None:
+        """Refuse (CacheFormatError) when manifest.json or index.bin at this path is no longer the
+        file that was opened (a cache replaced or rewritten since). Called right after a lazy map:
+        a mapping made before a replacement passes and keeps the opened cache's bytes; one made
+        after it fails here. Two stat calls; skipped for handles built without an identity."""
+        if not self.identity:
+            return
+        root = os.fspath(self.path)
+        m, i = _stat(os.path.join(root, MANIFEST_NAME)), _stat(os.path.join(root, INDEX_NAME))
+        # identity[6:] is the dictionary's (zstd_dict), checked when its state is built
+        if (m.st_dev, m.st_ino, m.st_mtime_ns, i.st_dev, i.st_ino, i.st_mtime_ns) != self.identity[:6]:
+            raise CacheFormatError(f"cache changed on disk since it was opened: {self.path}")
+
     def index_map(self) -> MappedFile:
-        """The mapped index.bin (sample_count x 24 bytes)."""
+        """The mapped index.bin (sample_count x 24 bytes) of the cache as opened."""
         if self._index is None:
             mapped = MappedFile(self.path / INDEX_NAME)
             if mapped.size != self.sample_count * INDEX_ROW_BYTES:
                 raise CacheFormatError(f"index row count does not match manifest: {self.path / INDEX_NAME} changed on disk")
+            self._check_still_opened()
             self._index = mapped
         return self._index
 
@@ -137,6 +152,7 @@ class CacheHandle:
             mapped = MappedFile(self.path / self.manifest.checksums.file)
             if mapped.size != self.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {mapped.path}")
+            self._check_still_opened()
             self._checksums = mapped
         return self._checksums
 

@@ -80,6 +80,18 @@ def test_runtime_not_picklable():
 # -- construction (§1.5, §2.6) --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("as_", [str, bytes, lambda p: p], ids=["str", "bytes", "Path"])
+def test_a_single_path_is_a_type_error(two, runtime, as_):
+    """Documented (python-api.md): `paths` is a sequence; one str/Path (a real cache here, so
+    iterating its characters or failing to iterate would be the only other outcomes) is refused
+    with TypeError before anything is opened."""
+    single = as_(two[0]) if as_ is not bytes else bytes(two[0])
+    for make in (lambda: runtime.cached_dataset(single, reader_config=drt.ReaderConfig(seed=1)),
+                 lambda: drt.CachedDataset(single, reader_config=drt.ReaderConfig(seed=1))):
+        with pytest.raises(TypeError, match="^paths must be a sequence of cache directories, not a single path$"):
+            make()
+
+
 def test_empty_paths(runtime):
     with pytest.raises(ValueError, match="^CachedDataset requires at least one cache path$"):
         runtime.cached_dataset([], reader_config=drt.ReaderConfig(seed=1))

@@ -220,6 +220,32 @@ def test_defaults_and_torch_settings(paths, caplog):
     assert len(dl) == 8
 
 
+def _cgroup_cpus() -> int | None:
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+    except OSError:
+        return None
+    return None if quota == "max" else int(quota) // int(period)
+
+
+@pytest.mark.filterwarnings("ignore:samples_per_epoch adjusted:UserWarning")
+@pytest.mark.parametrize(("cpus", "local"), [(1, 1), (2, 1), (4, 1), (5, 1), (6, 1), (64, 1), (2, 2), (8, 2),
+                                             (9, 2), (8, 4), (16, 3)])
+def test_auto_num_workers_is_min_4_cpus_per_local_rank_minus_1(paths, monkeypatch, cpus, local):
+    """Documented (pytorch.md): num_workers="auto" = min(4, cpus // local_ranks - 1), where cpus
+    is what this process may use (affinity, cgroup quota) and local_ranks is LOCAL_WORLD_SIZE."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setenv("WORLD_SIZE", str(local))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+    usable = min(cpus, _cgroup_cpus() or cpus)
+    want = min(4, max(0, usable // local - 1))
+    dl = open_ds(paths).to_torch_dataloader(seed=3, batch_size=2, verbose=False, num_workers="auto")
+    assert dl.num_workers == want
+    assert dl.persistent_workers is (want > 0) and dl.prefetch_factor == (2 if want else None)
+
+
 # -- workers: same batches as num_workers=0 -----------------------------------------------------------
 
 
@@ -263,6 +289,21 @@ def test_spawn_workers_yield_the_serial_batches(paths, tmp_path):
     del dl
     gc.collect()
     assert not where.exists()
+
+
+def test_spawn_workers_refuse_a_cache_whose_index_changed(paths):
+    """Documented (pytorch.md): a spawned worker reopens the caches and refuses them when
+    manifest.json or index.bin is not the file the dataset opened (here index.bin is rewritten
+    with the same bytes: a new inode and mtime), instead of reading another cache's rows."""
+    ds = open_ds(paths)
+    dl = loader(ds, seed=4, batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    index = paths[1] / "index.bin"
+    data = index.read_bytes()
+    index.unlink()
+    index.write_bytes(data)
+    with pytest.raises(drt.errors.CacheFormatError,
+                       match=f"caches changed since the torch dataset was created.*{paths[1]}"):
+        next(iter(dl))
 
 
 def test_abandoned_epoch_with_persistent_workers(paths):
@@ -346,6 +387,25 @@ def test_resume_refusals(paths, write_caches, tmp_path):
         loader(ds, seed=5, batch_size=4).load_state_dict({"epoch": 0})
     with pytest.raises(ConfigError, match="invalid position"):
         loader(ds, seed=5, batch_size=4).load_state_dict({**state, "batches": -1})
+
+
+def test_resume_refuses_a_changed_drop_last_or_samples_per_epoch(paths):
+    """Documented (pytorch.md): a state of another plan is refused. 40 samples in batches of 4
+    make the same plan length with and without drop_last, so drop_last is the only difference."""
+    ds = open_ds(paths)
+    dl = loader(ds, seed=5, batch_size=4, samples_per_epoch=40)
+    consume(dl, 2)
+    state = dl.state_dict()
+    refusals = {
+        "drop_last differs": loader(ds, seed=5, batch_size=4, samples_per_epoch=40, drop_last=True),
+        "samples_per_epoch differs": loader(ds, seed=5, batch_size=4, samples_per_epoch=36),
+    }
+    for what, other in refusals.items():
+        with pytest.raises(ConfigError, match=f"^DataLoader state does not match: {what}"):
+            other.load_state_dict(state)
+    same = loader(ds, seed=5, batch_size=4, samples_per_epoch=40)
+    same.load_state_dict(state)  # the unchanged loader resumes
+    assert len([b for b in same]) == 10 - 2
 
 
 def test_loader_is_fixed_at_creation_and_reads_through_the_runtime(paths):

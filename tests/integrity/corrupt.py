@@ -184,6 +184,7 @@ class Outcome:
     stage: str | None
     error: BaseException | None = None
     samples: list | None = None
+    table: object = None  # what get_metadata() returned
 
 
 def probe(runtime, paths, *, validate: bool, verify_records: bool = True) -> Outcome:
@@ -199,7 +200,7 @@ def probe(runtime, paths, *, validate: bool, verify_records: bool = True) -> Out
     except Exception as exc:  # noqa: BLE001 - the outcome is what is being tested
         return Outcome("open", exc)
     try:
-        ds.get_metadata()
+        table = ds.get_metadata()
     except Exception as exc:  # noqa: BLE001
         return Outcome("metadata", exc)
     try:
@@ -208,7 +209,7 @@ def probe(runtime, paths, *, validate: bool, verify_records: bool = True) -> Out
         return Outcome("iter", exc)
     finally:
         ds.close()
-    return Outcome(None, samples=samples)
+    return Outcome(None, samples=samples, table=table)
 
 
 def assert_fault(outcome: Outcome, stage: str, cls: type, builtin: type, *fragments: str) -> BaseException:

@@ -222,14 +222,18 @@ ROWS = [
 
 @pytest.mark.parametrize("mutate, default, validated, note", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_file_corruption(request, runtime, cache, validate, mutate, default, validated, note):
+    clean = probe(runtime, cache, validate=validate)
+    assert clean.stage is None, repr(clean.error)
     mutate(cache)
     expect = validated if validate else default
     if expect == "same":
         expect = default
     out = probe(runtime, cache, validate=validate)
-    if expect == ACCEPTED:
+    if expect == ACCEPTED:  # accepted means unchanged: the same samples and the same table
         assert out.stage is None, repr(out.error)
         assert len(out.samples) == N_SAMPLES
+        assert out.samples == clean.samples
+        assert out.table.equals(clean.table)
         return
     assert_fault(out, expect.stage, expect.cls, expect.builtin, *expect.fragments(cache))
 

@@ -99,6 +99,20 @@ def shm_entries() -> list[str]:
     return sorted(p.name for p in SHM.glob(f"datasetrt-{os.getpid()}-*"))
 
 
+def trackers() -> set[int]:
+    """Live resource trackers / forkservers among the descendants (live_children() skips them;
+    baselines count them apart, so a fault path that starts one is still seen)."""
+    out = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and any(
+                    k in " ".join(proc.cmdline()) for k in ("resource_tracker", "forkserver")):
+                out.add(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
 def live_children() -> set[int]:
     """Live (non-zombie) descendants, excluding multiprocess's resource tracker / forkserver."""
     out = set()

@@ -21,9 +21,9 @@ import threading
 import pytest
 
 import datasetrt as drt
-from datasetrt.errors import DatasetRTError, WorkerCrashedError
+from datasetrt.errors import CacheFormatError, DatasetRTError, WorkerCrashedError
 from tests.conftest import ListSource, sample_items, writer_config
-from tests.reliability import fd_count, live_children, reader_config, shm_entries, wait_until, write_template
+from tests.reliability import fd_count, live_children, reader_config, shm_entries, trackers, wait_until, write_template
 
 LOOPS = 30
 N_SAMPLES = 3000
@@ -49,9 +49,9 @@ def fork_rt(cache):
     rt.close()
 
 
-def baseline() -> tuple[int, int, list[str]]:
+def baseline() -> tuple[int, int, list[str], int]:
     gc.collect()
-    return fd_count(), len(live_children()), shm_entries()
+    return fd_count(), len(live_children()), shm_entries(), len(trackers())
 
 
 def settled(want) -> bool:
@@ -169,7 +169,14 @@ def read_through_change(ds, it, change, at: int, expected) -> str:
     return outcome
 
 
-OUTCOMES: dict = {}
+def allowed_outcomes(path: str, at: int) -> set[str]:
+    """What each case may end with. In-process the reader already holds the index and sidecar
+    maps and its shard descriptors when the change lands, so the old cache reads to the end. Forked
+    workers that have served tasks hold theirs too (at 1,000); right after the start one may not
+    have opened the shards yet, and then the deletion is a typed I/O error."""
+    if path == "inprocess" or at >= 1000:
+        return {"complete"}
+    return {"complete", "CacheIOError"}
 
 
 def other_cache(tmp_path):
@@ -207,7 +214,7 @@ def test_cache_deleted_or_replaced_while_reading(tmp_path, cache, expected, path
                 shutil.rmtree(res.path)  # the old cache, now at the other path
 
         outcome = read_through_change(ds, it, change, at, expected)
-        OUTCOMES[(path, at, how)] = outcome
+        assert outcome in allowed_outcomes(path, at), outcome
         del it, ds
     finally:
         if runtime is not None:
@@ -223,9 +230,10 @@ def test_cache_replaced_between_open_and_first_read(tmp_path, cache, expected, f
     ds = drt.CachedDataset([live], reader_config=reader_config(False), runtime=fork_rt if path == "fork" else None)
     table = ds.get_metadata()
     exchange(res.path, live)  # a new cache atomically takes the opened cache's place
-    try:
-        got = list(ds)
-    except DatasetRTError:
-        return  # refused, typed: correct
+    got = []
+    with pytest.raises(CacheFormatError, match=f"cache changed on disk since it was opened: {live}"):
+        for sample in ds:  # sample by sample: nothing of the new cache may come out before the refusal
+            got.append(sample)
+    assert got == expected[: len(got)], "the dataset returned another cache's samples under its old manifest and table"
+    assert got == [], "the refusal came after samples were read"
     assert ds.get_metadata().equals(table)
-    assert got == expected, "the dataset returned another cache's samples under its old manifest and table"

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import datasetrt as drt
-from tests.reliability import fd_count, live_children, reader_config, shm_entries, write_template
+from tests.reliability import fd_count, live_children, reader_config, shm_entries, trackers, write_template
 
 N_CACHES = 12
 LONG_ITERATIONS = int(os.environ.get("DATASETRT_SOAK_ITERATIONS", "20000"))
@@ -59,6 +59,7 @@ def test_soak_iterators_with_weight_updates_stay_flat(tmp_path, iterations):
             step(i)
         gc.collect()
         fds, children, shm, mem = fd_count(), len(live_children()), shm_entries(), pss()
+        tracker_count = len(trackers())
         peak_fds, peak_mem = 0, 0
         for i in range(iterations):
             step(i)
@@ -68,5 +69,6 @@ def test_soak_iterators_with_weight_updates_stay_flat(tmp_path, iterations):
         gc.collect()
         assert fd_count() == fds and peak_fds <= fds
         assert len(live_children()) == children
+        assert len(trackers()) == tracker_count
         assert shm_entries() == shm
         assert peak_mem - mem < PSS_ALLOWANCE, f"PSS grew {(peak_mem - mem) >> 20} MiB"

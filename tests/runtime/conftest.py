@@ -143,6 +143,19 @@ def _is_mp_infrastructure(proc: psutil.Process) -> bool:
     return "resource_tracker" in cmd or "forkserver" in cmd
 
 
+def tracker_pids() -> set[int]:
+    """Live resource trackers / forkservers among this process's descendants: counted apart from
+    child_pids(), so a reader start that launches one is still seen (no_new_tracker below)."""
+    out = set()
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and _is_mp_infrastructure(proc):
+                out.add(proc.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def child_pids() -> set[int]:
     """Live child processes of this test process, excluding the multiprocess singletons."""
     out = set()
@@ -181,6 +194,14 @@ def wait_pids_gone(pids, timeout_s: float = CRASH_DEADLINE_S) -> list[int]:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_new_tracker():
+    """Reader workers need no resource tracker: no runtime test may start one (docs/memory-guide.md)."""
+    before = tracker_pids()
+    yield
+    assert tracker_pids() <= before, "a resource tracker / forkserver was started"
 
 
 @pytest.fixture(autouse=True)

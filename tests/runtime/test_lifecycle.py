@@ -205,6 +205,37 @@ def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [400, [[], []]]
 
 
+DESCENDANTS = textwrap.dedent("""
+    import json, sys
+    import psutil
+    import datasetrt as drt
+    rt = drt.DatasetRuntime(num_workers=2, start_method=sys.argv[2])
+    pids = rt.start_workers()
+    ds = rt.cached_dataset([sys.argv[1]], reader_config=drt.ReaderConfig(seed=1, prefetch_size=8))
+    n = len(list(ds))
+    procs = psutil.Process().children(recursive=True)
+    print(json.dumps({"n": n, "workers": pids, "children": [[p.pid, " ".join(p.cmdline())] for p in procs]}))
+    rt.close()
+""")
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_reader_workers_start_without_a_resource_tracker(paths, method):
+    """Documented (memory-guide.md): reader workers register no semaphore or shared-memory block,
+    so no multiprocess resource tracker (~10 MiB) is started. A fresh interpreter, so a tracker
+    some earlier test started cannot hide one (the child-count helpers skip trackers)."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", DESCENDANTS, str(paths[0]), method],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["n"] == 400 and len(report["workers"]) == 2
+    trackers = [cmd for _, cmd in report["children"] if "resource_tracker" in cmd]
+    assert trackers == []
+    others = sorted(pid for pid, _ in report["children"] if pid not in report["workers"])
+    assert len(others) == (1 if method == "spawn" else 0), report  # spawn: the zygote that forks them
+
+
 EXIT_WITH_OPEN_ITERATOR = textwrap.dedent("""
     import json, os, sys
     import datasetrt as drt

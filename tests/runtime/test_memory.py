@@ -25,11 +25,26 @@ from datasetrt.runtime import memory
 from datasetrt.runtime.memory import MemoryBound, default_memory_limit_bytes
 from datasetrt.runtime.run import RunShape
 from tests.conftest import sample_items
-from tests.runtime.conftest import active_run, child_pids, shm_entries, take, write_cache
+from tests.runtime.conftest import INDEX_ROW, active_run, child_pids, shm_entries, take, write_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TERMS = ("ring", "consumer chunk", "decode scratch")
+
+
+def largest_record(cache: Path) -> int:
+    """The largest stored record, read from index.bin (shard_id, offset, byte_len rows)."""
+    return max(length for _, _, length in INDEX_ROW.iter_unpack((cache / "index.bin").read_bytes()))
+
+
+def documented_shape(prefetch: int, num_workers: int, record: int) -> tuple[int, int, int]:
+    """(rows_per_task, slot_bytes, ring slots) as docs/memory-guide.md states the formula, written
+    here independently of RunShape.plan (tests/unit/runtime/test_memory_bound.py checks worked
+    numbers and the guide's printed figures)."""
+    rows = max(16, min(512, (1 << 20) // record))
+    slot_bytes = -(-(7 * 8 * rows + max(1 << 20, rows * record)) // 4096) * 4096
+    slots = max(2 * num_workers + 2, min(-(-prefetch // rows), (16 << 20) // slot_bytes))
+    return rows, slot_bytes, slots
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +112,10 @@ def test_limit_is_checked_against_the_written_bound(fork_rt, cache, prefetch, is
     if is_weighted:
         weighted(probe)
     shape = RunShape.plan(prefetch, 2, probe._max_record_bytes())
+    rows, slot_bytes, slots = documented_shape(prefetch, 2, largest_record(cache))
+    assert (shape.rows_per_task, shape.slot_bytes, shape.slots) == (rows, slot_bytes, slots)
     bound = MemoryBound(shape.slots, shape.slot_bytes, 2)
-    assert bound.total == (shape.slots + 1 + 2) * shape.slot_bytes
+    assert bound.total == (slots + 1 + 2) * slot_bytes
     for limit, ok in ((bound.total, True), (bound.total - 1, False)):
         ds = dataset(cache, fork_rt, prefetch_size=prefetch, memory_limit_bytes=limit)
         if is_weighted:
@@ -218,9 +235,8 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
         run = active_run(rt)
         pool, shape = rt._worker_pool, run.shape
         ring_fd = run.ring.fd
-        from datasetrt.runtime.run import RunShape
-
         assert shape == RunShape.plan(prefetch, 2, ds._max_record_bytes())
+        assert (shape.rows_per_task, shape.slot_bytes, shape.slots) == documented_shape(prefetch, 2, largest_record(cache))
         assert os.fstat(ring_fd).st_size == shape.slots * shape.slot_bytes
         window_rows = shape.slots * shape.rows_per_task
         assert window_rows < 400  # the ring holds a small part of one pass

@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+import dataclasses
+
+from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
 from tests.reference import rng048 as ref
 
@@ -102,9 +104,17 @@ def test_ordered_ignores_weights_and_keeps_duplicates():
 # -- shuffled ---------------------------------------------------------------------------------------
 
 
+# Draw indices at and above 2**63 and at the u64 edge (a window that wraps past 2**64 - 1): the index
+# is a u64, so a 63-bit mask or a signed intermediate changes these rows, and only these.
+EDGE_STARTS = (2**63, 2**63 + 7, M64, M64 - 3)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=u64, counts=st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
        start=st.one_of(st.integers(0, 100), u64), first=st.integers(0, 20), count=st.integers(0, 20))
+@example(seed=7, counts=[3, 0, 4], start=2**63, first=0, count=5)
+@example(seed=M64, counts=[6, 6], start=2**63 - 2, first=1, count=6)  # crosses 2**63
+@example(seed=0, counts=[5], start=M64, first=0, count=4)  # wraps to 0
 def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, count):
     cat = catalog(counts)
     window = Window(Population(cat), True, seed, start, first + count)
@@ -117,6 +127,8 @@ def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, 
 @settings(max_examples=60, deadline=None)
 @given(seed=u64, weights=weights_st, start=st.one_of(st.integers(0, 100), u64),
        first=st.integers(0, 20), count=st.integers(0, 20))
+@example(seed=7, weights=[1.0, 2.0, 3.0], start=2**63, first=0, count=5)
+@example(seed=3, weights=[0.5, 4.0], start=M64 - 1, first=1, count=5)  # wraps to 0
 def test_shuffled_active_rows_equal_weighted_draws(seed, weights, start, first, count):
     cat = catalog()
     pop = Population(cat, active(cat, [(0, k % 3) for k in range(len(weights))], weights))
@@ -185,6 +197,21 @@ def test_advance_shuffled_adds_and_wraps():
     assert advance(True, M64 - 1, 5, 3) == 3
 
 
+@pytest.mark.parametrize("start", EDGE_STARTS)
+def test_draw_index_is_a_full_u64(start):
+    """Draw positions are u64 (dataset-rt's draw counter): starts at and above 2**63 read the
+    draws of that exact index, and advance keeps all 64 bits (wrapping only past 2**64 - 1)."""
+    assert advance(True, start, 5, 3) == (start + 5) % 2**64
+    cat = CacheCatalog([1, 2], [5, 4], ["a", "b"])
+    expected = [ref.gen_range(ref.draw_rng(11, (start + k) % 2**64), 9) for k in range(6)]
+    assert Window(Population(cat), True, 11, start, 6).rows(0, 6).tolist() == expected
+    w = [1.0, 3.0, 0.5, 2.0]
+    cum, scale = ref.cumulative(w)
+    pop = Population(cat, active(cat, [(0, 0), (0, 1), (1, 0), (1, 3)], w))
+    expected = [ref.weighted(ref.draw_rng(11, (start + 2 + k) % 2**64), cum, scale) for k in range(4)]
+    assert Window(pop, True, 11, start, 6).rows(2, 4).tolist() == expected
+
+
 @settings(max_examples=50, deadline=None)
 @given(seed=u64, lengths=st.lists(st.integers(1, 9), min_size=1, max_size=5))
 def test_consecutive_windows_continue_one_stream(seed, lengths):
@@ -243,3 +270,35 @@ def test_population_columns_rebuild_the_same_plan():
     planned = [p.resolve(Window(p, True, 9, 4, 30).rows(0, 30)) for p in (pop, again)]
     assert [a.tolist() for a in planned[0]] == [a.tolist() for a in planned[1]]  # the same weighted draws
     assert again.cumulative()[1] == params["scale"]
+
+
+# -- PlanWindow ------------------------------------------------------------------------------------
+
+
+class _Plan:
+    """A plan whose row at position p is p * 10 (positions are visible in the rows)."""
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        return np.arange(first, first + count, dtype=np.int64) * 10
+
+
+def test_plan_window_reads_plan_positions_from_its_start():
+    pop = Population(catalog())
+    window = PlanWindow(pop, _Plan(), start=7, length=20)
+    assert window.rows(0, 3).tolist() == [70, 80, 90]
+    assert window.rows(5, 2).tolist() == [120, 130]
+    sub = window.sub(4, 6)
+    assert (sub.start, sub.length, sub.population, sub.plan) == (11, 6, pop, window.plan)
+    assert sub.rows(2, 2).tolist() == window.rows(6, 2).tolist() == [130, 140]
+    assert PlanWindow(pop, _Plan(), 0, 5).sub(3, 2).rows(0, 2).tolist() == [30, 40]
+
+
+def test_windows_and_active_rows_are_immutable():
+    """Windows and active rows are shared by iterators, threads and workers: frozen."""
+    cat = catalog()
+    pop = Population(cat)
+    for window in (Window(pop, True, 1, 0, 5), PlanWindow(pop, _Plan(), 0, 5)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            window.start = 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        active(cat, [(0, 0)], [1.0]).weights = None

@@ -1,0 +1,258 @@
+"""Mutation score of the core modules with cosmic-ray: killed / survived / timeout per module.
+
+Usage (from the repository root; scripts/mutation.sh wraps it):
+    .venv/bin/python scripts/mutation.py [--list] [--survivors] [--workdir DIR] [MODULE ...]
+
+MODULE is a key of MODULES below (e.g. `sampling/planner`); none given: all of them, in order.
+Each module runs in a private copy of the tree (tracked and new files plus the in-place built
+`datasetrt/_native/*.so`), so the worktree is never edited and the copy imports its own
+kernels: cosmic-ray writes one mutant at a time into the copy, runs the module's test
+selection there (a fresh interpreter per mutant: Polars cannot run in a forked child, which
+rules out fork-based runners), and restores the file.
+
+The operator set is cosmic-ray's core set cut to the mutations a reviewer would call distinct
+bugs (OPERATORS): every comparison flipped at its boundary or negated, each arithmetic/bit
+operator swapped for its nearest neighbours (not all ten), every number +-1, boolean and
+logical flips, `not` added/removed, exception types, loop bodies skipped, decorators removed.
+`Module.functions` limits a module to the functions the score is about (None: the whole
+module; None inside the set means module-level statements, e.g. constants). Mutants inside
+annotations are not counted: with `from __future__ import annotations` they are never evaluated.
+
+Score = (killed + timeout) / (killed + timeout + survived). A timeout is a kill (the mutant
+hangs or slows the selection past `timeout`). Exit status 0 when every module reaches
+`--min-score` (default 0.9), else 1. Too slow for CI (docs/testing.md has the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Kept operators (regexes over cosmic-ray operator names). Everything else is marked SKIPPED.
+_NEIGHBOURS = {
+    "Add": ("Sub", "Mul"), "Sub": ("Add",), "Mul": ("Add", "Div"), "Div": ("Mul", "FloorDiv"),
+    "FloorDiv": ("Div", "Mul"), "Mod": ("FloorDiv",), "Pow": ("Mul",), "LShift": ("RShift",),
+    "RShift": ("LShift",), "BitAnd": ("BitOr",), "BitOr": ("BitAnd",), "BitXor": ("BitOr",),
+}
+_COMPARISONS = ("Eq_NotEq", "NotEq_Eq", "Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Lt_Gt", "Gt_Lt",
+                "LtE_GtE", "GtE_LtE", "Is_IsNot", "IsNot_Is", "In_NotIn", "NotIn_In")
+OPERATORS = (
+    [f"core/ReplaceBinaryOperator_{a}_{b}$" for a, bs in _NEIGHBOURS.items() for b in bs]
+    + [f"core/ReplaceComparisonOperator_{c}$" for c in _COMPARISONS]
+    + ["core/ReplaceUnaryOperator_Delete_", "core/NumberReplacer$", "core/AddNot$", "core/ReplaceTrueWithFalse$",
+       "core/ReplaceFalseWithTrue$", "core/ReplaceAndWithOr$", "core/ReplaceOrWithAnd$",
+       "core/ReplaceBreakWithContinue$", "core/ReplaceContinueWithBreak$", "core/ExceptionReplacer$",
+       "core/ZeroIterationForLoop$", "core/RemoveDecorator$"]
+)
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str  # source file, relative to the repository root
+    tests: tuple[str, ...]  # pytest node ids / files: the module's unit tests + the few integration tests on it
+    functions: frozenset | None = None  # definition names in scope (None: all)
+    timeout_s: float = 120.0
+
+
+MODULES: dict[str, Module] = {
+    "sampling/planner": Module("datasetrt/sampling/planner.py", (
+        "tests/unit/sampling/test_planner.py", "tests/unit/sampling/test_docs.py")),
+    "sampling/permutation": Module("datasetrt/sampling/permutation.py", (
+        "tests/unit/sampling/test_permutation.py", "tests/unit/sampling/test_plans.py")),
+    "sampling/mixture": Module("datasetrt/sampling/mixture.py", (
+        "tests/unit/sampling/test_mixture.py", "tests/unit/sampling/test_plans.py",
+        "tests/unit/sampling/test_curriculum.py")),
+    "sampling/plans": Module("datasetrt/sampling/plans.py", (
+        "tests/unit/sampling/test_plans.py", "tests/unit/sampling/test_curriculum.py",
+        "tests/unit/sampling/test_mixture.py")),
+    "format/manifest": Module("datasetrt/format/manifest.py", (
+        "tests/unit/format/test_manifest.py", "tests/integrity/test_hostile_manifest.py",
+        "tests/integrity/test_manifest_corruption.py")),
+    "format/reader": Module("datasetrt/format/reader.py", (
+        "tests/unit/format/test_reader.py", "tests/integrity/test_file_corruption.py"),
+        frozenset({"open", "index_map", "checksum_map", "read_metadata", "validate_deep", "_stat", "_stat_size"})),
+    "runtime/memory": Module("datasetrt/runtime/memory.py", (
+        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py")),
+    "runtime/run": Module("datasetrt/runtime/run.py", (
+        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py", "tests/runtime/test_parity.py"),
+        frozenset({None, "RunShape", "plan", "rows_per_task", "slot_bytes", "planned_record_bytes", "__init__",
+                   "_on_message", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
+    "table/metadata": Module("datasetrt/table/metadata.py", (
+        "tests/unit/table/test_metadata.py",)),
+}
+
+
+def copy_tree(dest: Path) -> None:
+    """Tracked and untracked-not-ignored files, plus the built kernels (so the copy imports them)."""
+    files = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    files += [str(p.relative_to(ROOT)) for p in (ROOT / "datasetrt" / "_native").glob("*.so")]
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def test_command(module: Module) -> str:
+    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly --no-header "
+            + " ".join(module.tests))
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) (line, col) of every annotation. With `from __future__ import annotations`
+    (every datasetrt module) annotations are never evaluated: mutants inside them are equivalent
+    by construction and are not counted."""
+    import ast
+
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        notes = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            notes.append(node.returns)
+            a = node.args
+            notes += [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in notes if n is not None]
+    return spans
+
+
+def filter_session(session: Path, module: Module, source: str) -> tuple[int, int]:
+    """Mark out-of-scope work items SKIPPED (other operators, other functions, annotations);
+    returns (kept, skipped)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    keep = re.compile("|".join(f"(?:{o})" for o in OPERATORS))
+    notes = annotation_spans(source) if "from __future__ import annotations" in source else []
+    kept = skipped = 0
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        drop = []
+        for item in db.pending_work_items:
+            m = item.mutations[0]
+            in_scope = module.functions is None or m.definition_name in module.functions
+            in_scope &= not any(a <= tuple(m.start_pos) < b for a, b in notes)
+            if keep.match(m.operator_name) and in_scope:
+                kept += 1
+            else:
+                drop.append(item.job_id)
+        if drop:
+            db.set_multiple_results(drop, WorkResult(output="out of scope", worker_outcome=WorkerOutcome.SKIPPED))
+        skipped = len(drop)
+    return kept, skipped
+
+
+def tally(session: Path) -> dict:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
+
+    out = {"killed": 0, "survived": 0, "timeout": 0, "incompetent": 0, "pending": 0, "survivors": []}
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        results = dict(db.results)
+        for item in db.work_items:
+            result = results.get(item.job_id)
+            if result is None:
+                out["pending"] += 1
+                continue
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            if result.test_outcome == TestOutcome.SURVIVED:
+                out["survived"] += 1
+                m = item.mutations[0]
+                out["survivors"].append({"line": m.start_pos[0], "function": m.definition_name,
+                                         "operator": m.operator_name.split("/")[-1], "diff": result.diff or ""})
+            elif result.test_outcome == TestOutcome.KILLED:
+                out["timeout" if result.output == "timeout" else "killed"] += 1
+            else:
+                out["incompetent"] += 1
+    return out
+
+
+def run_module(name: str, module: Module, workdir: Path, show_survivors: bool) -> dict:
+    tree = workdir / name.replace("/", "-")
+    session = tree.with_suffix(".sqlite")
+    fresh = not session.exists()
+    if fresh:
+        if tree.exists():
+            shutil.rmtree(tree)
+        tree.mkdir(parents=True)
+        copy_tree(tree)
+    config = tree.with_suffix(".toml")
+    config.write_text(
+        "[cosmic-ray]\n"
+        f'module-path = "{module.path}"\n'
+        f"timeout = {module.timeout_s}\n"
+        "excluded-modules = []\n"
+        f'test-command = "{test_command(module)}"\n'
+        '[cosmic-ray.distributor]\nname = "local"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(tree), "DATASETRT_HYPOTHESIS_PROFILE": "ci"}
+    cr = [sys.executable, "-m", "cosmic_ray.cli"]
+    started = time.monotonic()
+    baseline = subprocess.run(test_command(module).split(), cwd=tree, env=env, capture_output=True, text=True)
+    if baseline.returncode != 0:
+        raise SystemExit(f"{name}: the unmutated test selection fails; fix it first:\n{baseline.stdout[-3000:]}")
+    baseline_s = time.monotonic() - started
+    if fresh:
+        subprocess.run([*cr, "init", str(config), str(session)], cwd=tree, env=env, check=True, capture_output=True)
+        kept, skipped = filter_session(session, module, (tree / module.path).read_text())
+        print(f"{name}: {kept} mutants in scope ({skipped} skipped by operator/function), "
+              f"baseline {baseline_s:.0f} s", flush=True)
+    subprocess.run([*cr, "exec", str(config), str(session)], cwd=tree, env=env, check=True)
+    counts = tally(session)
+    counts["seconds"] = time.monotonic() - started
+    if show_survivors:
+        for s in counts["survivors"]:
+            print(f"  survived {module.path}:{s['line']} {s['function']} {s['operator']}")
+            print("    " + "\n    ".join(line for line in s["diff"].splitlines() if line[:1] in "+-"
+                                        and not line.startswith(("+++", "---"))))
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help=f"any of: {', '.join(MODULES)}")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "datasetrt-mutation",
+                        help="tree copies and sessions; an existing session resumes (delete it to start over)")
+    parser.add_argument("--survivors", action="store_true", help="print every surviving mutant")
+    parser.add_argument("--list", action="store_true", help="list the modules and their test selections")
+    parser.add_argument("--min-score", type=float, default=0.9)
+    parser.add_argument("--json", type=Path, help="write the table as JSON")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, module in MODULES.items():
+            print(f"{name:<22} {module.path}\n{'':<22} {' '.join(module.tests)}")
+        return 0
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; known: {', '.join(MODULES)}")
+    rows = {}
+    for name in args.modules or list(MODULES):
+        rows[name] = run_module(name, MODULES[name], args.workdir, args.survivors)
+    print(f"\n{'module':<22} {'mutants':>7} {'killed':>6} {'survived':>8} {'timeout':>7} {'score':>6} {'time':>7}")
+    ok = True
+    for name, c in rows.items():
+        decided = c["killed"] + c["timeout"] + c["survived"]
+        score = (c["killed"] + c["timeout"]) / decided if decided else 1.0
+        ok &= score >= args.min_score and not c["pending"]
+        print(f"{name:<22} {decided:>7} {c['killed']:>6} {c['survived']:>8} {c['timeout']:>7} {score:>6.1%} "
+              f"{c['seconds'] / 60:>5.1f} m" + (f"  ({c['pending']} pending)" if c["pending"] else ""))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

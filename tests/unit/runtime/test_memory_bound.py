@@ -1,0 +1,110 @@
+"""The reader's memory bound (runtime/memory.py), the run shape (runtime/run.py RunShape.plan) and
+the ring's reserved pages (runtime/shm.py), against oracles that are not the code under test:
+hand-computed shapes from the formula in docs/memory-guide.md, the figures that page prints,
+and the kernel's own accounting of a ring's memfd (fstat blocks).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from datasetrt.errors import DatasetRTError, ResourceLimitError
+from datasetrt.runtime.memory import MemoryBound
+from datasetrt.runtime.run import RunShape
+from datasetrt.runtime.shm import create_shared_memory
+from datasetrt.runtime.slot import SlotLayout
+
+MiB = 1 << 20
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "memory-guide.md"
+
+# (prefetch_size, num_workers, largest record, rows_hint) -> (rows_per_task, slot_bytes, ring slots),
+# worked by hand from docs/memory-guide.md:
+#   rows = max(16, min(512, 1 MiB // record))    (a batch hint B: min(B, 4096, max(16, 4 MiB // record)))
+#   slot_bytes = 7 x 8 B x rows + max(1 MiB, rows x record), rounded up to 4 KiB
+#   slots = max(2 x K + 2, min(ceil(prefetch / rows), 16 MiB // slot_bytes))
+SHAPES = [
+    ((1024, 1, 4096, None), (256, 1_064_960, 4)),  # 14,336 B header + 1 MiB -> 260 pages; 4 = 2K+2
+    ((1024, 2, 4096, None), (256, 1_064_960, 6)),
+    ((1024, 4, 4096, None), (256, 1_064_960, 10)),
+    ((1, 2, 4096, None), (256, 1_064_960, 6)),  # a tiny prefetch still gets two tasks per worker + 2
+    ((1, 0, 4096, None), (256, 1_064_960, 2)),
+    ((4096, 1, 4096, None), (256, 1_064_960, 15)),  # prefetch wants 16, the 16 MiB cap gives 15
+    ((3000, 1, 4096, None), (256, 1_064_960, 12)),  # ceil(3000 / 256) = 12
+    ((64, 2, 150 << 10, None), (16, 2_461_696, 6)),  # 16 x 150 KiB + 896 B -> 601 pages
+    ((100_000, 1, 100, None), (512, 1_077_248, 15)),  # 512 rows of small records: 1 MiB + 28,672 B
+    ((1024, 2, 0, None), (512, 1_077_248, 6)),  # empty records plan as 1 byte
+    ((1024, 2, 4 << 20, None), (16, 67_112_960, 6)),  # 4 MiB records: 16 per slot, slots from 2K+2
+    ((1024, 2, 4096, 64), (64, 1_052_672, 15)),  # iter_batches(64): one task per batch; 16 wanted, cap 15
+    ((1024, 2, 4096, 10_000), (1024, 4_251_648, 6)),  # a huge batch: 4 MiB of records per task
+    ((1024, 2, 100, 10_000), (4096, 1_277_952, 6)),  # small records: capped at 4096 rows (224 KiB header)
+    ((1024, 2, 4096, 3), (3, 1_052_672, 15)),  # a batch under 16 rows is taken as it is; cap 15
+]
+
+
+@pytest.mark.parametrize("args, want", SHAPES, ids=[str(a) for a, _ in SHAPES])
+def test_run_shape_follows_the_documented_formula(args, want):
+    prefetch, k, record, hint = args
+    shape = RunShape.plan(prefetch, k, record, hint)
+    assert (shape.rows_per_task, shape.slot_bytes, shape.slots) == want
+    assert shape.slot_bytes % 4096 == 0
+
+
+def _guide_rows() -> list[str]:
+    text = GUIDE.read_text()
+    rows = re.findall(r"^K=\d+ prefetch=\d+ record=\d+ KiB: .*$", text, flags=re.M)
+    assert len(rows) >= 5, "docs/memory-guide.md lost its printed ring shapes"
+    return rows
+
+
+def test_memory_guide_figures_are_what_the_code_prints():
+    """The shapes and bounds docs/memory-guide.md prints, line for line (the page's own command)."""
+    for line in _guide_rows():
+        k, prefetch, record_kib = map(int, re.match(r"K=(\d+) prefetch=(\d+) record=(\d+)", line).groups())
+        s = RunShape.plan(prefetch, k, record_kib << 10)
+        got = (f"K={k} prefetch={prefetch} record={record_kib} KiB: rows_per_task={s.rows_per_task}; "
+               + MemoryBound(s.slots, s.slot_bytes, k).describe())
+        assert got == line
+
+
+def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
+    bound = MemoryBound(ring_slots=6, slot_bytes=1_064_960, num_workers=2)
+    assert bound.ring_bytes == 6 * 1_064_960
+    assert bound.total == (6 + 1 + 2) * 1_064_960
+    assert bound.describe() == ("ring 6 slots x 1.0 MiB = 6.1 MiB + consumer chunk 1.0 MiB"
+                                " + decode scratch 2 workers x 1.0 MiB = 9.1 MiB")
+    bound.check(bound.total)  # exactly the bound passes
+    with pytest.raises(ResourceLimitError) as info:
+        bound.check(bound.total - 1)
+    assert str(info.value) == (
+        f"reader memory bound exceeds memory_limit_bytes ({(bound.total - 1) / MiB:.1f} MiB): {bound.describe()}; "
+        "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes")
+
+
+def test_resource_limit_error_is_a_memory_error():
+    """Documented: a refused bound is a ResourceLimitError, which is also the builtin MemoryError
+    (and a DatasetRTError), so `except MemoryError` written for dataset-rt catches it."""
+    assert issubclass(ResourceLimitError, MemoryError) and issubclass(ResourceLimitError, DatasetRTError)
+    with pytest.raises(MemoryError):
+        MemoryBound(4, 1 << 20, 1).check(1 << 20)
+
+
+# -- ring memory: anonymous memfds with their pages reserved up front ---------------------------------
+
+
+def test_ring_pages_are_reserved_at_creation():
+    """A ring's memory is reserved when it is created (posix_fallocate on its memfd: a refusal is a
+    ResourceLimitError then, never SIGBUS on first touch later); it has no name in /dev/shm."""
+    layout = SlotLayout.records(16, 256 << 10)
+    ring_map, fd = create_shared_memory("test-ring", 3 * layout.slot_bytes)
+    try:
+        st = os.fstat(fd)
+        assert st.st_size == 3 * layout.slot_bytes
+        assert st.st_blocks * 512 >= st.st_size  # allocated now, not sparse
+        assert os.readlink(f"/proc/self/fd/{fd}").startswith(f"/memfd:datasetrt-{os.getpid()}-test-ring")
+    finally:
+        ring_map.close()
+        os.close(fd)
