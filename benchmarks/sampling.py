@@ -1,22 +1,42 @@
 """Planning throughput (plan positions per second) of the sampling modes, in one run: dataset-rt's
 shuffled draws (uniform over physical rows, and weighted over an active table), exactly-once
 epochs (unit and repeat counts), a 3-stream mixture (0.5 / 0.3 / 0.2 over streams of very
-different sizes) and a 3-stage curriculum. Planning only: no payload I/O (the reader benchmarks
-measure reads). Each contender plans the same number of positions in blocks of the reader's
-sizes (256 per sample, 4096 per batch task), from a position far into the plan.
+different sizes) and a 3-stage curriculum. Each contender plans the same number of positions in
+blocks of the reader's sizes (256 per sample, 4096 per batch task), from a position far into the
+plan.
 
-Usage: python -m benchmarks.sampling [--quick] [--repeats R] [--rows N]
+Then reads (`--reads`, on by default; `--smoke` reads only, tiny): samples per second of one
+`CachedDataset` window on the same three caches (sizes 100:10:1, 1 KiB records, uncompressed)
+with dataset-rt's shuffled draws, `ReaderConfig(sampling="permutation")` and a 3-stream mixture
+(`ds.set_mixture`, 0.5 / 0.3 / 0.2 by cache), per sample (`iter(ds)`) and in batches of 256
+(`iter_batches`), in-process and with 2 reader workers (started before timing). The last column
+is draws / contender: the issue 13 target is >= 0.9x of draws' rate, i.e. <= 1.11 there.
+
+Usage: python -m benchmarks.sampling [--quick | --smoke] [--repeats R] [--rows N] [--no-reads]
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import Measurement, machine_facts, ratio_table, repeat, save_json, timed
+import datasetrt as drt
+from benchmarks.common import (
+    Measurement,
+    PayloadSource,
+    datasetrt_pass,
+    machine_facts,
+    ratio_table,
+    repeat,
+    save_json,
+    timed,
+    write_cache,
+)
 from datasetrt.sampling import Curriculum, CurriculumPlan, EpochPermutation, Mixture, MixturePlan, Stage, Stream, StreamRows
 from datasetrt.sampling.planner import ActiveRows, Population, Window
 from datasetrt.table.catalog import CacheCatalog
@@ -62,19 +82,68 @@ def plan_rate(rows_of: Callable[[int, int], np.ndarray], positions: int, block: 
     return positions / timed(run)
 
 
+READ_BASELINE = "shuffled (draws)"
+
+
+def read_orders(paths: list[Path]) -> dict[str, Callable[[drt.DatasetRuntime | None], drt.CachedDataset]]:
+    """name -> a dataset over `paths` read in that order (with the runtime's workers, or in-process)."""
+
+    def draws(rt):
+        return drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=SEED), runtime=rt)
+
+    def permutation(rt):
+        return drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=SEED, sampling="permutation"), runtime=rt)
+
+    def mixture(rt):
+        ds = draws(rt)
+        ds.set_mixture(drt.Mixture.by_cache({str(paths[0]): 0.5, str(paths[1]): 0.3, str(paths[2]): 0.2}))
+        return ds
+
+    return {READ_BASELINE: draws, "permutation": permutation, "mixture 0.5/0.3/0.2 (3 streams)": mixture}
+
+
+def read_rates(workdir: Path, counts: tuple[int, int, int], payload_bytes: int, repeats: int) -> list[Measurement]:
+    """Samples/s of one window per repeat for each order, read path and process layout."""
+    with drt.DatasetRuntime(num_workers=1) as writer:
+        paths = [write_cache(drt, writer, workdir, PayloadSource(f"s{k}", n, payload_bytes, drt.CacheInput), "none")
+                 for k, n in enumerate(counts)]
+    orders = read_orders(paths)
+    ms: list[Measurement] = []
+    with drt.DatasetRuntime(num_workers=2) as rt:
+        rt.start_workers()
+        for where, runtime in (("in-process", None), ("2 reader workers", rt)):
+            for batches in (False, True):
+                workload = f"read {sum(counts):,} x {payload_bytes} B, {'batches of 256' if batches else 'samples'}, {where}"
+                for name, make in orders.items():
+                    ds = make(runtime)
+                    next(ds.iter_batches(256))  # warm up (shard descriptors, plan tables); its window is not timed
+
+                    def one_window(ds=ds, batches=batches) -> float:
+                        start = time.perf_counter()
+                        n = datasetrt_pass(ds, batches, 256)[0]
+                        return n / (time.perf_counter() - start)
+
+                    ms.append(Measurement(workload, name, "samples/s", repeat(one_window, repeats)))
+    return ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat: checks the run, measures nothing")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--rows", type=int, default=10**7, help="population rows (default 10^7)")
+    parser.add_argument("--rows", type=int, default=None, help="population rows of the planning rows (default 10^7)")
+    parser.add_argument("--no-reads", action="store_true", help="planning only")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sampling.json"))
     args = parser.parse_args()
-    repeats = args.repeats or (3 if args.quick else 7)
-    positions = 1 << (17 if args.quick else 20)
-    plans = contenders(args.rows)
+    repeats = args.repeats or (1 if args.smoke else 3 if args.quick else 7)
+    rows = args.rows or (10**5 if args.smoke else 10**7)
+    positions = 1 << (12 if args.smoke else 17 if args.quick else 20)
+    counts = (2_000, 200, 20) if args.smoke else (20_000, 2_000, 200) if args.quick else (100_000, 10_000, 1_000)
+    plans = contenders(rows)
     ms: list[Measurement] = []
     for block in (256, 4096):
-        workload = f"{args.rows:,} rows, blocks of {block}"
+        workload = f"{rows:,} rows, blocks of {block}"
         for name, rows_of in plans.items():
             rows_of(10**9, block)  # warm up
             ms.append(Measurement(workload, name, "positions/s", repeat(lambda: plan_rate(rows_of, positions, block), repeats)))
@@ -82,7 +151,15 @@ def main() -> None:
     print(f"planning {positions:,} positions per repeat, {repeats} repeats; last column: baseline / contender "
           f"(baseline: {BASELINE}; < 1 means the contender is faster)")
     print(ratio_table(ms, BASELINE))
-    save_json(args.out, ms, {"benchmark": "sampling", "repeats": repeats, "rows": args.rows, "positions": positions})
+    reads: list[Measurement] = []
+    if not args.no_reads:
+        with tempfile.TemporaryDirectory(prefix="datasetrt-bench-sampling-") as work:
+            reads = read_rates(Path(work), counts, 1024, repeats)
+        print(f"\nreads: one window per repeat, {repeats} repeats; last column: draws / contender "
+              f"(target: permutation and mixture >= 0.9x of draws, i.e. <= 1.11)")
+        print(ratio_table(reads, READ_BASELINE))
+    save_json(args.out, ms + reads, {"benchmark": "sampling", "repeats": repeats, "rows": rows, "positions": positions,
+                                     "read_counts": list(counts)})
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no
 assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
 two `to_torch_*` methods' lazy forwarding). This module wires open caches, the Polars table, the
 planner and the readers together and owns the dataset-level sampling state: `cursor` (ordered
-mode) and `draw_offset` (shuffled mode), both reserved at an iterator's first `next()`, and
-`epoch_len` (None = the population size).
+mode) and `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan position of an
+exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`, and `epoch_len`
+(None = the population size, or the positions of one epoch of the plan).
 
 Read path: `reserve_window()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
 `ParallelRun` on the runtime's worker pool) -> `SampleBuilder.samples()` or `batches()`.
@@ -19,6 +20,7 @@ Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import sys
 import threading
@@ -64,7 +66,11 @@ from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
-from datasetrt.sampling.planner import ActiveRows, Population, Window, advance
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan
+from datasetrt.sampling.mixture import Mixture, StreamRows
+from datasetrt.sampling.permutation import EpochPermutation
+from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, RowPlan, Window, advance
+from datasetrt.sampling.plans import MixturePlan
 from datasetrt.seam import CacheIdentity, CursorState, PopulationExport
 from datasetrt.table.catalog import CacheCatalog
 
@@ -124,9 +130,6 @@ class CachedDataset:
         self.cache_paths: list[Path] = _check_paths(paths)
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
-        if reader_config.sampling != "draws":
-            raise ConfigError(f"ReaderConfig(sampling={reader_config.sampling!r}): CachedDataset does not read "
-                              "this order yet; plan it with datasetrt.sampling.EpochPermutation (docs/sampling.md)")
         self._runtime = runtime
         self._handles = [CacheHandle.open(p) for p in self.cache_paths]
         if reader_config.validate_cache:
@@ -164,7 +167,19 @@ class CachedDataset:
     # -- size and windows ---------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._epoch_len if self._epoch_len is not None else len(self._population)
+        return self._epoch_len if self._epoch_len is not None else self._epoch_positions(self._population)
+
+    def _epoch_positions(self, population: Population) -> int:
+        """Positions of one epoch over `population`: its rows (dataset-rt's orders), the repeat
+        counts' sum (exactly-once order), the streams' epochs together (a mixture or curriculum;
+        at most the plan's length when it stops)."""
+        plan = self._plan(population, self._seed) if self.reader_config.shuffle else None
+        if plan is None:
+            return len(population)
+        if isinstance(plan, EpochPermutation):
+            return plan.positions_per_epoch
+        total = int(plan.stream_sizes.sum())
+        return total if plan.length is None else min(total, plan.length)
 
     def set_epoch_len(self, epoch_len: int) -> None:
         """Length of future iterators' windows; the population is unchanged."""
@@ -179,16 +194,51 @@ class CachedDataset:
         self._epoch_len = epoch_len
 
     def _window(self, population: Population, start: int, length: int, shuffle: bool | None = None,
-                seed: int | None = None) -> Window:
+                seed: int | None = None) -> Window | PlanWindow:
         """The one place a window is built: `length` positions of the dataset's order over
-        `population` from dataset position `start` (dataset-rt's cursor or draw index)."""
+        `population` from dataset position `start` (dataset-rt's cursor or draw index, or a
+        position of the population's plan: `_plan`)."""
         shuffle = self.reader_config.shuffle if shuffle is None else shuffle
-        return Window(population, shuffle, self._seed if seed is None else seed, start, length)
+        seed = self._seed if seed is None else seed
+        plan = self._plan(population, seed) if shuffle else None
+        if plan is not None:
+            return PlanWindow(population, plan, start, length)
+        return Window(population, shuffle, seed, start, length)
 
-    def _next_window(self) -> Window:
-        """The window at the cursor (ordered) or draw offset (shuffled); call under the lock."""
+    def _plan(self, population: Population, seed: int) -> RowPlan | None:
+        """The position plan of shuffled windows over `population` under `seed`: its stream
+        order's (`MixturePlan`, `CurriculumPlan`), else with sampling="permutation" an
+        `EpochPermutation` (integer weights as repeat counts), else None (dataset-rt's draws,
+        `Window`). Built once per population and seed (O(rows) at most), kept by the population."""
+        order = population.order
+        if order is not None:
+            planner = CurriculumPlan if isinstance(order, Curriculum) else MixturePlan
+            return population.plan(("streams", seed), lambda: planner(order, population.streams, seed))
+        if self.reader_config.sampling != "permutation" or not len(population):
+            return None
+        return population.plan(("permutation", seed), lambda: self._permutation(population, seed))
+
+    def _permutation(self, population: Population, seed: int) -> EpochPermutation:
+        active = population.active
+        if active is None or active.weights is None:
+            return EpochPermutation(seed, len(population))
+        ids = self._catalog.cache_ids
+
+        def identify(row: int) -> str:
+            return (f"row {row} (cache_id {int(ids[int(active.cache_pos[row])])}, "
+                    f"sample_id {int(active.sample_id[row])})")
+
+        return EpochPermutation.from_weights(seed, active.weights, identify=identify)
+
+    def _next_window(self) -> Window | PlanWindow:
+        """The window at the cursor (ordered) or draw offset (shuffled); call under the lock. A
+        window of a plan that ends (on_exhausted="stop") stops at its end."""
         start = self._draw_offset if self.reader_config.shuffle else self._cursor
-        return self._window(self._population, start, len(self))
+        window = self._window(self._population, start, len(self))
+        end = getattr(getattr(window, "plan", None), "length", None)  # None: unbounded (or no plan)
+        if end is not None and window.length > end - start:
+            window = window.sub(0, max(0, end - start))
+        return window
 
     # -- integration seam (docs/python-api.md, "Integration seam"): how an integration divides
     # this dataset's windows among its own processes. A window is anything with `population`
@@ -217,7 +267,8 @@ class CachedDataset:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
         loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
-        running sums) now, once per population, so processes forked afterwards share them."""
+        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per population, so
+        processes forked afterwards share them."""
         population = self._population if population is None else population
         window = self._window(population, start, length, shuffle, seed)
         if window.shuffle and population.weighted and len(population):
@@ -232,21 +283,66 @@ class CachedDataset:
         population = self._population if population is None else population
         return population.rows() if expand_physical else population.active
 
-    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray) -> Population:
+    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray, *,
+                             source: Population | None = None, selection: np.ndarray | None = None) -> Population:
         """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
-        `plan_window`."""
-        return Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
+        `plan_window`. With `source` (the population they were selected from) and `selection`
+        (int64: their rows in `source`, in order; None: all of them), the new population keeps
+        `source`'s mixture or curriculum, its streams regrouped to the selection
+        (`EmptyStreamError` if a stream has no row left)."""
+        population = Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
+        if source is None or source.order is None:
+            return population
+        index = source.streams.index(len(source))
+        if selection is not None:
+            index = index[selection]
+        return population.with_order(source.order, StreamRows.from_index(tuple(source.order.streams), index, weights))
 
     def export_population(self, population: Population) -> PopulationExport | None:
         """`population` as `import_population` rebuilds it in another process; None for the
-        physical population (nothing to ship)."""
+        physical population of dataset-rt's orders (nothing to ship). An exactly-once order or a
+        mixture or curriculum adds the rows' weights (repeat counts); a mixture or curriculum
+        travels as its configuration and one int16 stream column (never regrouped from the table)."""
         described = population.columns()
-        return None if described is None else PopulationExport(*described)
+        order = population.order
+        if order is None and self.reader_config.sampling != "permutation":
+            return None if described is None else PopulationExport(*described)
+        columns, params = described if described is not None else ({}, {})
+        if population.active is not None and population.active.weights is not None:
+            columns = {**columns, "weights": population.active.weights}
+        if order is not None:
+            columns = {**columns, "stream": population.streams.index(len(population))}
+        return PopulationExport(columns, params, order) if columns else None
 
     def import_population(self, export: PopulationExport | None) -> Population:
         """The population `export_population` exported (its arrays used as they are)."""
-        return Population.from_columns(self._catalog, None if export is None else export.columns,
-                                       {} if export is None else export.params)
+        if export is None:
+            return Population(self._catalog)
+        columns = export.columns
+        population = Population.from_columns(self._catalog, columns if "cache_pos" in columns else None, export.params)
+        order = export.order
+        if order is None:
+            return population
+        weights = None if population.active is None else population.active.weights
+        return population.with_order(order, StreamRows.from_index(tuple(order.streams), columns["stream"], weights))
+
+    def order_identity(self, population: Population | None = None) -> str:
+        """What orders `population`'s (default: the current one's) shuffled windows, for resume
+        states: "draws" (dataset-rt's), "permutation", or "mixture:" / "curriculum:" and a BLAKE2b
+        digest of the configuration (streams, their rows and weights, proportions, options, stages)."""
+        population = self._population if population is None else population
+        order = population.order
+        if order is None:
+            return self.reader_config.sampling
+        if isinstance(order, Curriculum):
+            kind, parts = "curriculum", [f"{order!r}", *(f"{name}:{stage.mixture!r}:{order.samples(i)}"
+                                                          for i, (name, stage) in enumerate(zip(order.names, order.stages)))]
+        else:
+            kind, parts = "mixture", [repr(order)]
+        h = hashlib.blake2b("|".join(parts).encode(), digest_size=16)
+        for name, stream in order.streams.items():
+            h.update(f"|{name}|{stream.describe()}|{population.streams.digest(name)}".encode())
+        return f"{kind}:{h.hexdigest()}"
 
     def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
                     in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
@@ -490,7 +586,7 @@ class CachedDataset:
         if not isinstance(df, pl.DataFrame):
             raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
         active: ActiveRows = validate_update(df, self._catalog, self._schema)
-        population = Population(self._catalog, active, table=df)
+        population = self._ordered(Population(self._catalog, active, table=df), self._population.order)
         with self._lock:
             self._population = population
             self._active_frame = df
@@ -499,6 +595,63 @@ class CachedDataset:
             self._draw_offset = 0
 
     set_samples_metadata = update_metadata
+
+    # -- sampling orders (docs/sampling.md) ----------------------------------------------------
+
+    @property
+    def mixture(self) -> Mixture | None:
+        """The mixture set by `set_mixture` (None: none is set)."""
+        order = self._population.order
+        return order if isinstance(order, Mixture) else None
+
+    @property
+    def curriculum(self) -> Curriculum | None:
+        """The curriculum set by `set_curriculum` (None: none is set)."""
+        order = self._population.order
+        return order if isinstance(order, Curriculum) else None
+
+    def set_mixture(self, mixture: Mixture | None) -> None:
+        """Read the active rows as `mixture`'s streams (docs/sampling.md, "Reading a dataset"),
+        or with None in the reader config's order again. The streams are grouped from the active
+        table now, once (and again by each `update_metadata`, which keeps the mixture); the plan
+        is seeded with the reader config's seed. Replaces a curriculum. Resets len() and the
+        positions, as `update_metadata` does. Needs shuffle=True. On any error
+        (`SamplingConfigError`, `UnknownStreamError`, `EmptyStreamError`, `RepeatCountError`)
+        nothing changes."""
+        self._set_order(mixture, Mixture, "set_mixture")
+
+    def set_curriculum(self, curriculum: Curriculum | None) -> None:
+        """Read the active rows as `curriculum`'s stages (docs/sampling.md, "Reading a dataset"):
+        stage changes at the curriculum's sample counts from plan position 0; otherwise as
+        `set_mixture` (replaces a mixture). The dataset has no `advance()`: a curriculum read
+        through a dataset follows its stage lengths."""
+        self._set_order(curriculum, Curriculum, "set_curriculum")
+
+    def _set_order(self, order: Mixture | Curriculum | None, kind: type, method: str) -> None:
+        if order is not None and not isinstance(order, kind):
+            raise ArgumentTypeError(f"{method} expects a datasetrt.{kind.__name__} or None, got {type(order).__name__}")
+        if order is not None and not self.reader_config.shuffle:
+            raise ConfigError(f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)")
+        population = self._ordered(self._population.with_order(None, None), order)
+        with self._lock:
+            self._population = population
+            self._epoch_len = None
+            self._cursor = 0
+            self._draw_offset = 0
+
+    def _ordered(self, population: Population, order: Mixture | Curriculum | None) -> Population:
+        """`population` with `order`'s streams grouped from its table (Polars, once), and its
+        plan under the dataset's seed built now, so that a bad table or configuration is refused
+        before anything changes (repeat counts of an exactly-once order included)."""
+        if order is not None:
+            from datasetrt.table.streams import group_streams  # lazily: imports Polars
+
+            frame = population.table if population.table is not None else self._physical()
+            caches = {str(path): int(cid) for path, cid in zip(self.cache_paths, self._catalog.cache_ids.tolist())}
+            population = population.with_order(order, group_streams(frame, order.streams, caches))
+        if self.reader_config.shuffle:
+            self._plan(population, self._seed)
+        return population
 
     # -- manifests ----------------------------------------------------------------------------
 

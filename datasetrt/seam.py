@@ -67,12 +67,15 @@ class CacheIdentity:
 @dataclass(frozen=True)
 class PopulationExport:
     """A population as another process rebuilds it (`CachedDataset.import_population`):
-    `columns`, named 1-D numpy arrays of one entry per population row, and `params`, a few named
-    floats. Only their producer and consumer (dataset.py) know the names; a carrier (the torch
+    `columns`, named 1-D numpy arrays of one entry per population row, `params`, a few named
+    floats, and `order`, an opaque picklable value (the mixture or curriculum set over the rows,
+    or None).
+    Only their producer and consumer (dataset.py) know the names; a carrier (the torch
     population snapshot) stores and maps them as they are."""
 
     columns: dict[str, np.ndarray]
     params: dict[str, float]
+    order: Any = None  # the population's `Mixture` or `Curriculum` (picklable), or None
 
     @property
     def rows(self) -> int:

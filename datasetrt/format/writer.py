@@ -3,14 +3,15 @@
 Boundary: knows the byte layouts (via envelope/manifest/layout) and the filesystem; knows nothing
 of tables, sampling or reader processes.
 
-Publication protocol (sources in input order; `_Staging`, `SourceWriter.stage`, `_Publisher`):
-  1. take an exclusive flock on <base>/tmp/.<name>.lock (`lock_file_name`: hashed when the name is
+Publication protocol (sources in input order; `SourceWriter.stage` here, `Staging` and `Publisher`
+in format/publish.py):
+  1. take an exclusive flock on <base>/tmp/.<name>.lock (`publish.lock_file_name`: hashed when the name is
      too long for it); a second writer of the same name fails fast, and a stale staging dir left
      by a killed writer is recognised because its lock is free;
   2. stage every file under <base>/tmp/<name>/, hashing while writing;
   3. write metadata.arrow, index.bin, the checksum sidecar, then manifest.json LAST (not synced
      yet); the cache waits in the publisher's batch, its lock held;
-  4. per batch (up to `_Publisher.BATCH_CACHES` caches or `BATCH_BYTES` bytes, and at the end):
+  4. per batch (up to `Publisher.BATCH_CACHES` caches or `BATCH_BYTES` bytes, and at the end):
      make every file and directory of the batch durable at once (one syncfs for 16 or more
      caches where syncfs reports errors, else concurrent fsyncs), then rename each <base>/tmp/<name> ->
      <base>/<name> with RENAME_NOREPLACE in input order, unlocking each, then fsync <base> once;
@@ -20,9 +21,9 @@ no cache is renamed into place before all of its bytes are durable (so after a c
 <base>/<name> is absent or complete). Per cache this costs no fsync of its own: small caches
 used to pay ~8 (each file, both dirs, <base>), most of the time of writing many of them.
 
-One module on purpose (~700 lines): the publication protocol, the ordered commit and the group
-writes share one source's staging state; what stands alone lives beside it (`envelope`,
-`manifest`, `typed`, `durable`).
+One module for one source's staging state (the ordered commit, the group writes, the blocks);
+what stands alone lives beside it: `publish` (locks, staging dirs, the batched sync and renames),
+`profile` (stage counters), `envelope`, `manifest`, `typed`, `durable`, `dictionary`.
 
 Typed payloads: with `WriterConfig.payload_spec`, each payload is checked against the spec and
 converted to its stored bytes by `format/typed.py` (a mismatch fails the source like any bad
@@ -56,11 +57,8 @@ hashes are those of a record-by-record write.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import os
-import shutil
-import stat
 import sys
 import time
 from array import array
@@ -68,7 +66,6 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from concurrent.futures import wait as wait_futures
-from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +77,7 @@ from datasetrt.codecs import CODEC_BY_NAME, Codec
 from datasetrt.config import WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
 from datasetrt.format import dictionary, envelope
-from datasetrt.format.durable import (
-    SYNCFS_REPORTS_ERRORS,
-    fsync_path,
-    fsync_paths,
-    rename_noreplace,
-    start_writeback,
-    syncfs,
-)
+from datasetrt.format.durable import start_writeback
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     CHECKSUMS_NAME,
@@ -101,6 +91,8 @@ from datasetrt.format.layout import (
     shard_name,
 )
 from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntry, new_manifest
+from datasetrt.format.profile import StageProfile, write_profile
+from datasetrt.format.publish import Publisher, Staged, Staging, io_error_message, remove_empty_staging_root
 from datasetrt.format.typed import TypedPayloads
 from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
@@ -159,56 +151,6 @@ def check_duplicate_names(sources: Sequence[Any], base: Path) -> None:
             if name in seen:
                 raise DuplicateSourceError(f"duplicate generated cache path: {(base / name).absolute()}")
             seen.add(name)
-
-
-# ------------------------------------------------------------------------------------------------
-# Profiler
-# ------------------------------------------------------------------------------------------------
-
-
-_UNTIMED = nullcontext()
-
-
-class StageProfile:
-    """Per-stage counters (calls, total_ns, bytes) of one source; a no-op when disabled."""
-
-    STAGES = (
-        "compression", "disk_write", "finish_index", "finish_manifest", "finish_metadata",
-        "ingress_wait", "metadata_validate", "publish", "python_extract", "python_next",
-        "record_encode", "shard_flush",
-    )
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.stages = {name: [0, 0, 0] for name in self.STAGES}
-
-    def stage(self, name: str, nbytes: int = 0) -> AbstractContextManager:
-        """Time the `with` block as stage `name` (a shared no-op context when disabled: the
-        writer enters two per sample)."""
-        return self._timed(name, nbytes) if self.enabled else _UNTIMED
-
-    @contextmanager
-    def _timed(self, name: str, nbytes: int) -> Iterator[None]:
-        start = time.perf_counter_ns()
-        try:
-            yield
-        finally:
-            entry = self.stages[name]
-            entry[0] += 1
-            entry[1] += time.perf_counter_ns() - start
-            entry[2] += nbytes
-
-    def add(self, name: str, elapsed_ns: int, nbytes: int = 0) -> None:
-        if self.enabled:
-            entry = self.stages[name]
-            entry[0] += 1
-            entry[1] += elapsed_ns
-            entry[2] += nbytes
-
-    def to_json(self) -> list[dict]:
-        return [
-            {"name": name, "calls": c, "total_ns": t, "bytes": b} for name, (c, t, b) in sorted(self.stages.items())
-        ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -423,7 +365,7 @@ class _StagedCache:
 
     def finish(self) -> None:
         """Write metadata, index, sidecar and manifest (last). Nothing is synced yet: the files
-        are durable only after the publisher's sync (`_Publisher.flush`)."""
+        are durable only after the publisher's sync (`Publisher.flush`)."""
         if self.sample_count == 0:
             raise SourceError("cache source yielded no samples")
         assert self.schema is not None
@@ -520,155 +462,9 @@ def _arrow_file_bytes(batch: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-class _Staging:
-    """The exclusive per-name writer lock and the fresh, empty staging dir <base>/tmp/<name>
-    (a stale one, whose writer died and left its lock free, is removed first).
-
-    Held from `acquire()` until `release()` — across the publisher's batch, so no other writer
-    of the name can take the staging dir for stale while it waits to be published. `release()`
-    removes the staging dir (already renamed away when published), unlinks and unlocks.
-    """
-
-    def __init__(self, base: Path, name: str) -> None:
-        self.base, self.name = base, name
-        self.root = base / STAGING_DIR
-        self.path = self.root / name
-        self.lock_path = self.root / lock_file_name(name)
-        self._fd: int | None = None
-
-    def acquire(self) -> Path:
-        while True:
-            try:
-                self._fd = _lock_file(self.lock_path, self.name, self.base)
-                break
-            except FileNotFoundError:  # no staging root yet (or another writer just removed the empty one)
-                self.root.mkdir(parents=True, exist_ok=True)
-        try:
-            try:
-                self.path.mkdir()
-            except FileExistsError:
-                _remove(self.path)  # stale: its writer died (its lock is free)
-                self.path.mkdir()
-        except BaseException:
-            self.release()
-            raise
-        return self.path
-
-    def drop_if_stale(self) -> None:
-        """For a name whose cache is published: remove the lock file (and staging dir) a writer
-        killed after its rename left behind, so the staging root can become empty again. A lock
-        someone holds is left alone; nothing is created."""
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return  # no lock file (the usual case), or not ours to open
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            mine = os.fstat(fd)
-            current = os.stat(self.lock_path)
-        except OSError:  # held by a live writer, or unlinked meanwhile by its holder
-            os.close(fd)
-            return
-        if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
-            os.close(fd)
-            return
-        self._fd = fd
-        self.release()
-
-    def release(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            _remove(self.path)
-            try:
-                os.unlink(self.lock_path)
-            except FileNotFoundError:
-                pass
-        finally:
-            os.close(self._fd)
-            self._fd = None
-
-
-def remove_empty_staging_root(base: Path) -> None:
-    """Remove <base>/tmp when it is empty (dataset-rt leaves it; it is no cache and nothing reads
-    it). rmdir is atomic and refuses a non-empty directory, and every writer using the root keeps
-    its lock file in it from before it stages until after it has published, so this never removes
-    a root another writer (of this process or another) is using; a writer that created the root
-    and lost it before creating its lock file retries (`_Staging.acquire`)."""
-    try:
-        os.rmdir(base / STAGING_DIR)
-    except OSError:
-        pass  # not empty (another writer, a stale staging dir of a killed one), absent, or not ours to remove
-
-
-def lock_file_name(name: str) -> str:
-    """`.<name>.lock`, or `.<sha256 hex of name>.lock` when that would exceed NAME_MAX (255 bytes),
-    so every name dataset-rt accepts (up to 255 bytes) can be locked."""
-    lock = f".{name}.lock"
-    if len(lock.encode("utf-8")) > 255:
-        lock = f".{hashlib.sha256(name.encode('utf-8')).hexdigest()}.lock"
-    return lock
-
-
-def _lock_file(lock_path: Path, name: str, base: Path) -> int:
-    """Open and exclusively flock the lock file; return its fd.
-
-    The holder unlinks the lock file before releasing it, so a writer that opened the old inode
-    could otherwise win a lock nobody else can see while a third writer locks a new file of the
-    same name. After locking we therefore check that the path still names our inode, and retry
-    on the current file if it does not.
-    """
-    while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise SourceError(f"another process is writing cache {name!r} into {base.absolute()}") from None
-            try:
-                current = os.stat(lock_path)
-            except FileNotFoundError:
-                current = None
-            mine = os.fstat(fd)
-            if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # stale inode: its holder unlinked it; lock the current file instead
-
-
-def _remove(path: Path) -> None:
-    """Remove a file, symlink or directory tree at `path`, if anything is there (one lstat when not)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _io_error_message(exc: OSError) -> str:
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"I/O error: {exc.strerror or exc} (os error {exc.errno}){where}"
-
-
-class _Staged:
-    """A cache whose files are all written under its staging dir (manifest last), waiting in the
-    publisher's batch to be made durable and renamed into place. Holds its staging lock."""
-
-    __slots__ = ("name", "target", "staging", "files", "nbytes", "profile")
-
-    def __init__(self, name: str, target: Path, staging: _Staging, cache: _StagedCache, profile: StageProfile) -> None:
-        self.name, self.target, self.staging, self.profile = name, target, staging, profile
-        self.files, self.nbytes = cache.files, cache.bytes_written
-
-
 class SourceWriter:
     """Stages one source under <base>/tmp/<name>; a failure is a result value (never raised for
-    input) and leaves nothing behind. Publication is the `_Publisher`'s.
+    input) and leaves nothing behind. Publication is the `Publisher`'s.
 
     KeyboardInterrupt and SystemExit propagate after the staging dir is removed.
     """
@@ -679,9 +475,9 @@ class SourceWriter:
         self.pool = pool
         self.progress = progress
 
-    def stage(self, source: Any, name: str, profile: StageProfile) -> CacheWriteError | _Staged:
+    def stage(self, source: Any, name: str, profile: StageProfile) -> CacheWriteError | Staged:
         target = self.base / name
-        staging = _Staging(self.base, name)
+        staging = Staging(self.base, name)
         if os.path.lexists(target):
             staging.drop_if_stale()
             return CacheWriteError(name, f"cache path already exists: {target.absolute()}")
@@ -700,8 +496,8 @@ class SourceWriter:
         except (DatasetRTError, ValueError) as exc:
             return CacheWriteError(name, str(exc))
         except OSError as exc:
-            return CacheWriteError(name, _io_error_message(exc))
-        return _Staged(name, target, staging, staged, profile)
+            return CacheWriteError(name, io_error_message(exc))
+        return Staged(name, target, staging, staged.files, staged.bytes_written, profile)
 
     def _ingest(self, source: Any, staged: _StagedCache, profile: StageProfile) -> None:
         blocks = _Blocks(self.config, staged, self.pool, profile, self.progress)
@@ -885,14 +681,14 @@ def write_sources(
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
     writer = SourceWriter(base, config, pool, progress)
     results: list[CacheWriteResult | None] = []
-    publisher = _Publisher(base, results)
+    publisher = Publisher(base, results)
     try:
         for position, source in enumerate(sources):
             label, problem = source_label(source, position, base)
             if problem is not None:
                 results.append(CacheWriteError(label, problem))
             elif reuse_existing and os.path.lexists(base / label):
-                _Staging(base, label).drop_if_stale()
+                Staging(base, label).drop_if_stale()
                 problem = check_reused(label, base / label) if check_reused is not None else None
                 results.append(CacheWriteError(label, problem) if problem else CacheWriteSuccess(label, base / label))
             else:
@@ -901,7 +697,7 @@ def write_sources(
                 publisher.begin()
                 staged = writer.stage(source, label, profile)
                 results.append(staged if isinstance(staged, CacheWriteError) else None)
-                if isinstance(staged, _Staged):
+                if isinstance(staged, Staged):
                     publisher.add(position, staged)
             if progress is not None:
                 progress.source_done()
@@ -914,124 +710,6 @@ def write_sources(
             publisher.close()
             remove_empty_staging_root(base)
     return results, profiles
-
-
-class _Publisher:
-    """Makes staged caches durable and publishes them, a batch at a time, in input order.
-
-    Crash safety (docs/storage-format.md): a cache is renamed to <base>/<name> only after every
-    file and directory of it is durable, so after a crash at any point <base>/<name> is absent or
-    complete; a killed writer's staging dirs are stale and replaced by the next writer. What
-    batching changes is only how often the disk is waited for: once per batch of up to
-    `BATCH_CACHES` caches / `BATCH_BYTES` bytes instead of ~8 fsyncs per cache:
-
-      1. sync the batch: one syncfs(2) of the filesystem of <base> where it reports errors
-         (Linux >= 5.8) and the batch holds `SYNCFS_MIN_CACHES` or more caches, else fsync of
-         every file and directory of the batch, concurrently;
-      2. rename each staging dir to its target (RENAME_NOREPLACE), in input order;
-      3. one fsync of <base>, which makes all the renames durable;
-      4. release the staging locks (held since staging, so no writer of the same name takes a
-         waiting staging dir for stale).
-    A sync error fails every cache of the batch (I/O error value); a target created meanwhile
-    fails that cache alone ("cache path already exists"). Results are filled into `results`
-    (position -> CacheWriteResult) as batches publish. Holds one lock fd per waiting cache.
-    """
-
-    BATCH_CACHES = 128
-    BATCH_BYTES = 64 << 20
-    # syncfs also waits for every other process's dirty data on the filesystem, so a batch of few
-    # caches (one large cache, the tail of a write) fsyncs its own files instead.
-    SYNCFS_MIN_CACHES = 16
-
-    def __init__(self, base: Path, results: list) -> None:
-        self.base = base
-        self.results = results
-        self.pending: list[tuple[int, _Staged]] = []
-        self.pending_bytes = 0
-        self._base_fd: int | None = None  # <base>, opened before the batch's first write (for syncfs)
-
-    def begin(self) -> None:
-        """Called before a source is staged: the batch's syncfs descriptor is opened before any
-        of its files is written, so syncfs reports every writeback error of the batch (the
-        filesystem's error state is sampled when the descriptor is opened)."""
-        if SYNCFS_REPORTS_ERRORS and self._base_fd is None:
-            # <base>, not the staging root (another writer may remove an empty one at any time):
-            # the same filesystem, as staging dirs are renamed from one into the other.
-            self._base_fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-    def close(self) -> None:
-        fd, self._base_fd = self._base_fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def add(self, position: int, staged: _Staged) -> None:
-        self.pending.append((position, staged))
-        self.pending_bytes += staged.nbytes
-        if len(self.pending) >= self.BATCH_CACHES or self.pending_bytes >= self.BATCH_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        batch, self.pending, self.pending_bytes = self.pending, [], 0
-        if not batch:
-            return
-        start = time.perf_counter_ns()
-        try:
-            try:
-                self._sync(batch)
-            except OSError as exc:
-                message = _io_error_message(exc)
-                for position, staged in batch:
-                    self.results[position] = CacheWriteError(staged.name, message)
-                return
-            published = False
-            for position, staged in batch:
-                try:
-                    rename_noreplace(staged.staging.path, staged.target)
-                except FileExistsError:
-                    result: CacheWriteResult = CacheWriteError(staged.name, f"cache path already exists: {staged.target.absolute()}")
-                except OSError as exc:
-                    result = CacheWriteError(staged.name, _io_error_message(exc))
-                else:
-                    result, published = CacheWriteSuccess(staged.name, staged.target), True
-                self.results[position] = result
-                staged.staging.release()  # its staging dir is renamed away (or failed): unlock now
-            if published:
-                try:
-                    fsync_path(self.base)
-                except OSError as exc:  # renamed, but not known to be durable: report it as such
-                    message = _io_error_message(exc)
-                    for position, staged in batch:
-                        if isinstance(self.results[position], CacheWriteSuccess):
-                            self.results[position] = CacheWriteError(staged.name, message)
-        finally:
-            for _, staged in batch:
-                staged.staging.release()
-            share = (time.perf_counter_ns() - start) // len(batch)
-            for _, staged in batch:
-                staged.profile.add("publish", share)
-
-    def _sync(self, batch: list[tuple[int, _Staged]]) -> None:
-        fd, self._base_fd = self._base_fd, None  # the next batch samples the error state anew
-        try:
-            if fd is not None and len(batch) >= self.SYNCFS_MIN_CACHES:
-                syncfs(fd)
-            else:
-                fsync_paths([path for _, staged in batch for path in staged.files])
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-
-def write_profile(path: Path, elapsed_ns: int, profiles: list[tuple[str, StageProfile]]) -> None:
-    """The WriterProfilerConfig JSON (dataset-rt's layout, format_version 1)."""
-    import json
-
-    doc = {
-        "format_version": 1,
-        "elapsed_ns": elapsed_ns,
-        "sources": [{"source_name": name, "stages": p.to_json()} for name, p in profiles],
-    }
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
 __all__ = ["SourceWriter", "StageProfile", "write_profile", "write_sources", "CacheIOError"]

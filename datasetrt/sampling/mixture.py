@@ -238,6 +238,24 @@ class StreamRows:
             raise UnknownStreamError(f"weights given for unknown streams {sorted(unknown)!r}")
         self._digests: dict[str, str] = {}
 
+    def index(self, n_rows: int) -> np.ndarray:
+        """The streams as one int16 column over `n_rows` population rows: the index (into `names`)
+        of the stream each row belongs to, -1 for rows of no stream. O(rows), vectorised."""
+        index = np.full(n_rows, -1, dtype=np.int16)
+        for i, name in enumerate(self.names):
+            index[self.rows[name]] = i
+        return index
+
+    @classmethod
+    def from_index(cls, names: tuple[str, ...], index: np.ndarray, weights: np.ndarray | None = None) -> StreamRows:
+        """The streams of an `index()` column (one int16 entry per population row), with the rows'
+        float64 `weights` (None: every weight 1). O(rows x streams), vectorised; EmptyStreamError
+        if a stream has no row in `index`."""
+        rows = {name: np.flatnonzero(index == i) for i, name in enumerate(names)}
+        if weights is None:
+            return cls(rows)
+        return cls(rows, {name: weights[r] for name, r in rows.items()})
+
     def digest(self, name: str) -> str:
         """BLAKE2b-128 of a stream's rows and weights (hex); computed once, O(rows)."""
         if name not in self._digests:

@@ -13,8 +13,9 @@ curriculum.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -29,7 +30,7 @@ class ActiveRows:
     `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
     positive, finite) have one entry per active row, duplicates included, in table order.
     `weights` may be None where only the precomputed cumulative sums travel (a population
-    rebuilt by `Population.from_columns`, e.g. in a spawned torch DataLoader worker).
+    rebuilt by `Population.from_columns` from columns without weights).
     Lives here, not in table/, so that planning never imports Polars.
     """
 
@@ -47,15 +48,35 @@ class Population:
     `cum`/`scale` may be given precomputed (`from_columns`: a spawned torch DataLoader worker maps
     them from its population snapshot). `table` is opaque here: the table
     this population was validated from (batch metadata reads its rows), or None for the physical
-    population."""
+    population. `order` and `streams` (a `Mixture` or `Curriculum` and the `StreamRows` of these
+    rows, or None) are the stream order the dataset set over these rows
+    (`CachedDataset.set_mixture`, `set_curriculum`). `plan(key, build)` keeps the position plans
+    built over this population (one per order and seed), so an O(rows) plan table is computed
+    once per population, before DataLoader workers fork.
+    """
 
     def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
-                 cum: np.ndarray | None = None, scale: float = 0.0, table: object = None) -> None:
+                 cum: np.ndarray | None = None, scale: float = 0.0, table: object = None,
+                 order: object = None, streams: object = None) -> None:
         self.catalog = catalog
         self.active = active
         self.table = table
+        self.order = order
+        self.streams = streams
         self._cum = cum
         self._scale = scale
+        self._plans: dict[object, object] = {}
+
+    def with_order(self, order: object, streams: object) -> Population:
+        """These rows (and their table and weighted sampler sums) with another stream order (None: none)."""
+        return Population(self.catalog, self.active, self._cum, self._scale, self.table, order, streams)
+
+    def plan(self, key: object, build: Callable[[], object]) -> object:
+        """The plan `build()` made for `key` over this population (built at the first call)."""
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = build()
+        return plan
 
     def __len__(self) -> int:
         return len(self.active) if self.active is not None else self.catalog.total
@@ -90,7 +111,9 @@ class Population:
         """What rebuilds this population in another process (`from_columns`): columns of one
         entry per row — cache_pos int64, sample_id uint64, cum float64 (the weighted sampler's
         running sums, computed here once; the last entry is padding) — and the sampler's scale.
-        None for the physical population (rebuilt from the catalog alone)."""
+        None for the physical population (rebuilt from the catalog alone). `from_columns` also
+        takes an optional weights float64 column (added by the dataset when its order needs the
+        weights: an exactly-once order's repeat counts)."""
         if self.active is None:
             return None
         cum, scale = self.cumulative()
@@ -106,7 +129,7 @@ class Population:
         if columns is None:
             return cls(catalog)
         cum = columns["cum"][: max(len(columns["cum"]) - 1, 0)]
-        return cls(catalog, ActiveRows(columns["cache_pos"], columns["sample_id"], None), cum=cum,
+        return cls(catalog, ActiveRows(columns["cache_pos"], columns["sample_id"], columns.get("weights")), cum=cum,
                    scale=params["scale"])
 
 
@@ -158,6 +181,8 @@ class PlanWindow:
     """One iterator's window over a position plan: `length` plan positions from `start`. Readers
     use it as a `Window` (`population`, `length`, `rows(first, count)`); `sub` cuts it for shares.
     The dataset position after it is `start + length` (plan positions never wrap)."""
+
+    shuffle: ClassVar[bool] = True  # a position plan is a shuffled order: its position is the draw offset
 
     population: Population
     plan: RowPlan

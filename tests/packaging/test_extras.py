@@ -36,8 +36,8 @@ WITHOUT_TORCH = textwrap.dedent("""
                 getattr(ds, feature)()
             except errors.MissingExtraError as exc:
                 out[feature] = [isinstance(exc, ImportError), str(exc)]
-        try:
-            import datasetrt.integrations.torch
+        try:  # the package imports without torch (its plan module is torch-free); its torch names do not
+            from datasetrt.integrations.torch import to_torch_dataloader
         except errors.MissingExtraError as exc:
             out["import"] = str(exc)
         ds.close()

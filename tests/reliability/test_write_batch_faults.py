@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import datasetrt as drt
-from datasetrt.format import writer
+from datasetrt.format import publish
 from tests.conftest import ListSource, sample_items, writer_config
 from tests.reliability import probe
 
@@ -68,17 +68,17 @@ def _kill_writer_at(base: Path, moment: str, sync: str) -> None:
         try:
             os.close(report_r), os.close(hold_w)
             if sync == "fsync":
-                writer.SYNCFS_REPORTS_ERRORS = False
+                publish.SYNCFS_REPORTS_ERRORS = False
             else:
-                writer._Publisher.SYNCFS_MIN_CACHES = 1  # this batch of five syncs the filesystem
+                publish.Publisher.SYNCFS_MIN_CACHES = 1  # this batch of five syncs the filesystem
             sources = [ListSource(n, ITEMS[n]) for n in NAMES]
             if moment == "staged":  # the 4th source blocks: three caches staged, nothing synced
                 sources[3] = Blocking(NAMES[3], ITEMS[NAMES[3]], 5, report_w, hold_r)
             elif moment == "synced":  # the batch is durable, nothing renamed
                 name = "syncfs" if sync == "syncfs" else "fsync_paths"
-                setattr(writer, name, _pause_after(getattr(writer, name), 1, report_w, hold_r))
+                setattr(publish, name, _pause_after(getattr(publish, name), 1, report_w, hold_r))
             else:  # "renamed-2": two caches renamed into place, three not
-                writer.rename_noreplace = _pause_after(writer.rename_noreplace, 2, report_w, hold_r)
+                publish.rename_noreplace = _pause_after(publish.rename_noreplace, 2, report_w, hold_r)
             with drt.DatasetRuntime(num_workers=2) as rt:
                 rt.write_cache(sources, base, writer_config=CONFIG)
         finally:
@@ -106,7 +106,7 @@ def _published(base: Path) -> list[str]:
 @pytest.mark.parametrize("sync", ["syncfs", "fsync"])
 @pytest.mark.parametrize(("moment", "expected"), [("staged", []), ("synced", []), ("renamed-2", NAMES[:2])])
 def test_killed_batch_publishes_a_complete_prefix_and_a_rerun_the_rest(tmp_path, moment, expected, sync):
-    if sync == "syncfs" and not writer.SYNCFS_REPORTS_ERRORS:
+    if sync == "syncfs" and not publish.SYNCFS_REPORTS_ERRORS:
         pytest.skip("syncfs does not report errors on this kernel; the writer uses fsync")
     base = tmp_path / "caches"
     _kill_writer_at(base, moment, sync)

@@ -43,11 +43,22 @@ def _caches_digest(ds: CachedDataset) -> str:
     return _digest(caches.cache_ids, caches.sample_counts)
 
 
+# Identity keys a state carries only when they differ from their default (states of draws-mode
+# datasets, older states included, have no "sampling").
+_IDENTITY_DEFAULTS = {"sampling": "draws"}
+
+
+def _with_order(identity: dict, order: str) -> dict:
+    """`identity` plus the dataset's order (`CachedDataset.order_identity`) unless it is "draws"."""
+    return identity if order == _IDENTITY_DEFAULTS["sampling"] else {**identity, "sampling": order}
+
+
 def _check_identity(state: Mapping[str, Any], mine: dict, what: str) -> None:
     """Refuse a state of another plan, naming the first difference."""
-    names = {"caches": "the caches differ", "table": "the active table (rows, order or weights) differs"}
-    for key, value in mine.items():
-        if state.get(key) != value:
+    names = {"caches": "the caches differ", "table": "the active table (rows, order or weights) differs",
+             "sampling": "the sampling order (ReaderConfig.sampling, the mixture or the curriculum) differs"}
+    for key, value in {**_IDENTITY_DEFAULTS, **mine}.items():
+        if state.get(key, _IDENTITY_DEFAULTS.get(key)) != value:
             raise ConfigError(f"{what} state does not match: {names.get(key, f'{key} differs')} "
                               f"(state {state.get(key)!r}, here {value!r})")
 

@@ -15,7 +15,14 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from datasetrt.errors import ConfigError, LoaderStateError
-from datasetrt.integrations.torch.base import _caches_digest, _check_identity, _digest, _PlanDataset, _worker_identity
+from datasetrt.integrations.torch.base import (
+    _caches_digest,
+    _check_identity,
+    _digest,
+    _PlanDataset,
+    _with_order,
+    _worker_identity,
+)
 from datasetrt.integrations.torch.plan import _Layout, _PassProgress, _Share
 from datasetrt.integrations.torch.spawn import _Recipe
 from datasetrt.records import CachedSample
@@ -107,8 +114,8 @@ class CachedIterableDataset(_PlanDataset):
         ds = self._dataset
         rows = ds.population_rows(population)
         table = "physical" if rows is None else _digest(rows.cache_pos, rows.sample_id, rows.weights)
-        return {"caches": _caches_digest(ds), "table": table, "seed": ds.reader_config.seed,
-                "shuffle": ds.reader_config.shuffle}
+        return _with_order({"caches": _caches_digest(ds), "table": table, "seed": ds.reader_config.seed,
+                            "shuffle": ds.reader_config.shuffle}, ds.order_identity(population))
 
     def state_dict(self) -> dict:
         """Main-process position: the dataset's cursor, draw offset and epoch length, and the pass

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from datasetrt._native.draws import derive_seed
 from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch import distributed
-from datasetrt.integrations.torch.base import _check_identity
+from datasetrt.integrations.torch.base import _check_identity, _with_order
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
     MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, check_collate_picklable, worker_settings,
@@ -131,9 +131,10 @@ class DatasetRTDataLoader(DataLoader):
 
     def _identity(self) -> dict:
         plan = self._plan
-        return {"caches": plan.caches_digest(), "table": plan.table_digest(), "shuffle": plan.shuffle,
-                "worker_partition": self._partition, "samples_per_epoch": plan.count,
-                "batch_size": plan.batch_size, "drop_last": bool(self.drop_last), "seed": plan.common_seed}
+        return _with_order({"caches": plan.caches_digest(), "table": plan.table_digest(), "shuffle": plan.shuffle,
+                            "worker_partition": self._partition, "samples_per_epoch": plan.count,
+                            "batch_size": plan.batch_size, "drop_last": bool(self.drop_last),
+                            "seed": plan.common_seed}, plan.order_identity())
 
     def state_dict(self) -> dict:
         """Where the next batch comes from: {"epoch", "rows" (plan positions of that epoch the

@@ -39,7 +39,8 @@ class _LoaderPlan:
     def __init__(self, ds: CachedDataset, *, shuffle: bool, common_seed: int | None, partition: str,
                  budget: int, count: int, batch_size: int, drop_last: bool) -> None:
         self._ds = ds
-        self.base = ds.population_rows(expand_physical=True)
+        self._source = ds.cursor_state().population  # the rows (and stream order) the plan selects from
+        self.base = ds.population_rows(self._source, expand_physical=True)
         if self.base.weights is None:  # pragma: no cover - datasets always keep their weights
             raise CacheFormatError("the dataset's active rows carry no weights")
         self.shuffle, self.partition, self.budget = shuffle, partition, budget
@@ -65,10 +66,12 @@ class _LoaderPlan:
             else:
                 order = None if size == rows else np.arange(size, dtype=np.int64)
             if order is None:
-                self._population = self._ds.population_from_rows(base.cache_pos, base.sample_id, base.weights)
+                self._population = self._ds.population_from_rows(base.cache_pos, base.sample_id, base.weights,
+                                                                  source=self._source)
             else:
                 self._population = self._ds.population_from_rows(base.cache_pos[order], base.sample_id[order],
-                                                                  base.weights[order])
+                                                                  base.weights[order], source=self._source,
+                                                                  selection=order)
         return self._population
 
     def freeze(self) -> Any:
@@ -84,6 +87,10 @@ class _LoaderPlan:
 
     def caches_digest(self) -> str:
         return _caches_digest(self._ds)
+
+    def order_identity(self) -> str:
+        """The dataset's order over the plan's rows ("draws", "permutation", "mixture:..." or "curriculum:...")."""
+        return self._ds.order_identity(self._source)
 
 
 def _stream(ds: CachedDataset, population: Any, spec: _Spec) -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import datasetrt as drt
-from datasetrt.format import durable, writer
+from datasetrt.format import durable, publish, writer
 from datasetrt.format.writer import StageProfile, write_sources
 from tests.conftest import QUIET
 from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
@@ -190,7 +190,7 @@ def test_live_writer_lock_is_respected(runtime, tmp_path, name):
     (live / "shards").mkdir(parents=True)
     (live / "in-progress").write_bytes(b"other writer")
     lock = ".w.lock" if name == "w" else f".{hashlib.sha256(name.encode()).hexdigest()}.lock"
-    assert writer.lock_file_name(name) == lock
+    assert publish.lock_file_name(name) == lock
     fd = _hold_lock(tmp_path / "tmp" / lock)
     try:
         results = runtime.write_cache([Raw(name, OK), Raw("ok", OK)], tmp_path, writer_config=QUIET)
@@ -216,7 +216,7 @@ def test_lock_on_an_unlinked_inode_is_not_trusted(runtime, tmp_path, monkeypatch
             held.append(_hold_lock(lock_path, real_flock))
         return real_flock(fd, op)
 
-    monkeypatch.setattr(writer.fcntl, "flock", flock_after_handover)
+    monkeypatch.setattr(publish.fcntl, "flock", flock_after_handover)
     try:
         (result,) = runtime.write_cache([Raw("w", OK)], tmp_path, writer_config=QUIET)
     finally:

@@ -1,4 +1,4 @@
-"""Publication (writer._Publisher, _Staging): staged caches are synced once per batch (syncfs, or
+"""Publication (format/publish.py: Publisher, Staging): staged caches are synced once per batch (syncfs, or
 concurrent fsyncs of every file and directory) before any of them is renamed into place; the
 staging root <base>/tmp is removed once a write leaves it empty (dataset-rt leaves it, and it is no
 cache: `CachedDataset(sorted(glob("caches/*")))` and `datasetrt validate caches/*` tripped on it),
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import datasetrt as drt
-from datasetrt.format import writer
+from datasetrt.format import publish
 from tests.conftest import QUIET, ListSource, sample_items
 from tests.unit.format.sources import Raw
 
@@ -35,7 +35,7 @@ def _recording_syncs(monkeypatch) -> list:
     """Record the publisher's syncs ("syncfs", or the set of paths fsynced) and renames in order;
     a rename asserts that the last sync covered every file and directory of the staging dir."""
     log: list = []
-    real_syncfs, real_fsyncs, real_rename = writer.syncfs, writer.fsync_paths, writer.rename_noreplace
+    real_syncfs, real_fsyncs, real_rename = publish.syncfs, publish.fsync_paths, publish.rename_noreplace
 
     def rename(src, dst):
         last = next(entry for entry in reversed(log) if entry != "rename")
@@ -43,9 +43,9 @@ def _recording_syncs(monkeypatch) -> list:
         log.append("rename")
         real_rename(src, dst)
 
-    monkeypatch.setattr(writer, "syncfs", lambda fd: (log.append("syncfs"), real_syncfs(fd))[1])
-    monkeypatch.setattr(writer, "fsync_paths", lambda paths: (log.append(set(paths)), real_fsyncs(paths))[1])
-    monkeypatch.setattr(writer, "rename_noreplace", rename)
+    monkeypatch.setattr(publish, "syncfs", lambda fd: (log.append("syncfs"), real_syncfs(fd))[1])
+    monkeypatch.setattr(publish, "fsync_paths", lambda paths: (log.append(set(paths)), real_fsyncs(paths))[1])
+    monkeypatch.setattr(publish, "rename_noreplace", rename)
     return log
 
 
@@ -53,12 +53,12 @@ def _kinds(log: list) -> list:
     return ["fsync" if isinstance(entry, set) else entry for entry in log]
 
 
-@pytest.mark.skipif(not writer.SYNCFS_REPORTS_ERRORS, reason="syncfs does not report errors on this kernel")
+@pytest.mark.skipif(not publish.SYNCFS_REPORTS_ERRORS, reason="syncfs does not report errors on this kernel")
 def test_one_sync_per_batch_before_its_renames(runtime, tmp_path, monkeypatch):
     """Full batches sync the filesystem once; the short last one (under SYNCFS_MIN_CACHES) fsyncs
     its own files."""
     log = _recording_syncs(monkeypatch)
-    batch = writer._Publisher.BATCH_CACHES
+    batch = publish.Publisher.BATCH_CACHES
     n = 2 * batch + 3
     results = runtime.write_cache([Raw(f"s{k:03d}", OK) for k in range(n)], tmp_path, writer_config=QUIET)
     assert all(isinstance(r, drt.CacheWriteSuccess) for r in results)
@@ -66,8 +66,8 @@ def test_one_sync_per_batch_before_its_renames(runtime, tmp_path, monkeypatch):
 
 
 def test_fsync_fallback_syncs_every_file_and_directory_before_the_rename(runtime, tmp_path, monkeypatch):
-    monkeypatch.setattr(writer, "SYNCFS_REPORTS_ERRORS", False)
-    monkeypatch.setattr(writer._Publisher, "SYNCFS_MIN_CACHES", 1)  # would syncfs, but it cannot report errors
+    monkeypatch.setattr(publish, "SYNCFS_REPORTS_ERRORS", False)
+    monkeypatch.setattr(publish.Publisher, "SYNCFS_MIN_CACHES", 1)  # would syncfs, but it cannot report errors
     log = _recording_syncs(monkeypatch)
     items = [(bytes([k]) * 5000, {"k": k}) for k in range(40)]
     config = drt.WriterConfig(show_progress=False, max_shard_bytes=30_000)  # several shards
@@ -81,8 +81,8 @@ def test_a_sync_error_fails_the_whole_batch_and_publishes_nothing(runtime, tmp_p
     def failing_sync(*_):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(writer, "syncfs", failing_sync)
-    monkeypatch.setattr(writer, "fsync_paths", failing_sync)
+    monkeypatch.setattr(publish, "syncfs", failing_sync)
+    monkeypatch.setattr(publish, "fsync_paths", failing_sync)
     results = runtime.write_cache([Raw("a", OK), Raw("b", OK)], tmp_path, writer_config=QUIET)
     assert results == [drt.CacheWriteError(n, "I/O error: Input/output error (os error 5)") for n in "ab"]
     assert os.listdir(tmp_path) == []
@@ -101,7 +101,7 @@ def test_write_leaves_no_staging_root_and_a_glob_of_the_base_opens(runtime, tmp_
 
 def test_a_root_another_writer_uses_is_kept(runtime, tmp_path):
     (tmp_path / "tmp").mkdir()
-    lock = tmp_path / "tmp" / writer.lock_file_name("other")
+    lock = tmp_path / "tmp" / publish.lock_file_name("other")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # "other" is being written by someone else
     try:
@@ -116,7 +116,7 @@ def test_a_root_removed_between_mkdir_and_lock_is_recreated(runtime, tmp_path, m
     """Another writer may remove the (empty) root after this one created it and before it created
     its lock file in it: the lock is retried in a new root."""
     (tmp_path / "tmp").mkdir()
-    real = writer._lock_file
+    real = publish._lock_file
     removed = []
 
     def lock_after_removal(lock_path, name, base):
@@ -125,7 +125,7 @@ def test_a_root_removed_between_mkdir_and_lock_is_recreated(runtime, tmp_path, m
             removed.append(lock_path.parent)
         return real(lock_path, name, base)
 
-    monkeypatch.setattr(writer, "_lock_file", lock_after_removal)
+    monkeypatch.setattr(publish, "_lock_file", lock_after_removal)
     (result,) = runtime.write_cache([Raw("w", OK)], tmp_path, writer_config=QUIET)
     assert result == drt.CacheWriteSuccess("w", tmp_path / "w") and removed
     assert os.listdir(tmp_path) == ["w"]
@@ -136,13 +136,13 @@ def test_stale_lock_of_a_published_cache_is_dropped_but_a_held_one_kept(runtime,
     published cache; the next write of that name (an error value: the cache exists) drops it."""
     runtime.write_cache([Raw("a", OK), Raw("b", OK)], tmp_path, writer_config=QUIET)
     (tmp_path / "tmp").mkdir()
-    (tmp_path / "tmp" / writer.lock_file_name("a")).write_bytes(b"")
-    held = os.open(tmp_path / "tmp" / writer.lock_file_name("b"), os.O_RDWR | os.O_CREAT, 0o644)
+    (tmp_path / "tmp" / publish.lock_file_name("a")).write_bytes(b"")
+    held = os.open(tmp_path / "tmp" / publish.lock_file_name("b"), os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         results = runtime.write_cache([Raw("a", OK), Raw("b", OK)], tmp_path, writer_config=QUIET)
         assert [type(r).__name__ for r in results] == ["CacheWriteError", "CacheWriteError"]
-        assert os.listdir(tmp_path / "tmp") == [writer.lock_file_name("b")]
+        assert os.listdir(tmp_path / "tmp") == [publish.lock_file_name("b")]
     finally:
         os.close(held)
     runtime.write_cache([Raw("b", OK)], tmp_path, writer_config=QUIET)
