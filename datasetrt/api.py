@@ -15,7 +15,8 @@ from datasetrt.config import (
     WriterProfilerConfig,
 )
 from datasetrt.arrays import RaggedArrays
-from datasetrt.dataset import CachedDataset, DatasetRuntime
+from datasetrt.dataset import CachedDataset
+from datasetrt.dataset_runtime import DatasetRuntime
 from datasetrt.sampling.curriculum import Curriculum, Stage
 from datasetrt.sampling.mixture import Mixture, Stream
 from datasetrt.records import (

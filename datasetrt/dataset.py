@@ -1,4 +1,5 @@
-"""`CachedDataset` and `DatasetRuntime`: orchestration of format, table, sampling and runtime.
+"""`CachedDataset`: orchestration of format, table, sampling and runtime (`DatasetRuntime`, which
+owns the workers it reads with, is in datasetrt/dataset_runtime.py).
 
 Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no record or batch
 assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
@@ -24,35 +25,28 @@ import hashlib
 import os
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, PayloadSpec, ReaderConfig, WriterConfig
+from datasetrt.config import PayloadSpec, ReaderConfig
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
     CacheFormatError,
     ConfigError,
-    DatasetRTError,
     LoaderStateError,
     MetadataTypeError,
     ResourceLimitError,
     SampleIndexError,
 )
 from datasetrt.format.layout import U64_MAX
-from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.records import (
     CachedSample,
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetSuccess,
-    CacheWriteSuccess,
     Err,
     Ok,
     SampleBatch,
@@ -62,7 +56,6 @@ from datasetrt.runtime.batch_run import BatchRun
 from datasetrt.runtime.batches import BatchMaker
 from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
-from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
@@ -78,6 +71,8 @@ if TYPE_CHECKING:
     # Polars and pyarrow (~65 MiB together) load only when metadata is touched or a cache is
     # written: table.metadata and format.writer are imported inside the methods that use them.
     import polars as pl
+
+    from datasetrt.dataset_runtime import DatasetRuntime
 
 
 def _check_seed(seed: Any) -> int:
@@ -703,154 +698,3 @@ class CachedDataset:
         from datasetrt.integrations.torch import to_torch_batches
 
         return to_torch_batches(self, batch_size, **kwargs)
-
-
-class DatasetRuntime:
-    """Owns the workers shared by every write and dataset built through it.
-
-    `num_workers` threads compress during writes (the native codecs release the GIL).
-    """
-
-    __slots__ = ("_num_workers", "_writer_threads", "_worker_pool", "_start_method", "parallel_reads", "__weakref__")
-
-    def __init__(self, *, num_workers: int, start_method: str | None = None, parallel_reads: bool = True) -> None:
-        if isinstance(num_workers, float) or not isinstance(num_workers, int):
-            raise ArgumentTypeError(f"num_workers must be an integer, got {type(num_workers).__name__}")
-        if num_workers < 0:
-            raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
-        if num_workers == 0:
-            raise ConfigError("num_workers must be greater than zero")
-        if start_method is not None and start_method not in ("fork", "spawn"):
-            raise ConfigError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
-        self._num_workers = int(num_workers)
-        self._writer_threads: ThreadPoolExecutor | None = None  # compression threads of writes
-        self._worker_pool: WorkerPool | None = None  # reader worker processes of parallel reads
-        self._start_method = start_method
-        self.parallel_reads = bool(parallel_reads)
-
-    def _running_pool(self) -> WorkerPool:
-        """The reader worker processes, launched at first use (a run reads in-process until one
-        is ready) and relaunched after a crash."""
-        if self._worker_pool is None or self._worker_pool.closed:
-            pool = WorkerPool(self._num_workers, self._start_method)
-            pool.launch()
-            self._worker_pool = pool
-        return self._worker_pool
-
-    def start_workers(self) -> list[int]:
-        """Start the reader workers now and wait until each reports ready; returns their pids.
-
-        Optional: without it they start at the first parallel read, which reads in-process until
-        one is ready (same samples either way). Useful before timing a loop, or to fail early.
-        """
-        pool = self._running_pool()
-        while not pool.all_ready:
-            pool.check_startup()
-            pool.poll(1.0, what="worker start-up", idle_ok=True)
-        return pool.pids
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """PIDs of the running reader workers (empty before the first parallel read)."""
-        return [] if self._worker_pool is None or self._worker_pool.closed else self._worker_pool.pids
-
-    @property
-    def num_workers(self) -> int:
-        return self._num_workers
-
-    def _compression_threads(self) -> ThreadPoolExecutor | None:
-        if self._num_workers < 2:
-            return None
-        if self._writer_threads is None:
-            self._writer_threads = ThreadPoolExecutor(max_workers=self._num_workers, thread_name_prefix="datasetrt-writer")
-        return self._writer_threads
-
-    def close(self) -> None:
-        """Stop the writer threads and the reader processes (idempotent)."""
-        if self._writer_threads is not None:
-            self._writer_threads.shutdown(wait=True)
-            self._writer_threads = None
-        if self._worker_pool is not None:
-            self._worker_pool.close()
-            self._worker_pool = None
-
-    def __enter__(self) -> DatasetRuntime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        threads = getattr(self, "_writer_threads", None)
-        if threads is not None:
-            threads.shutdown(wait=False)
-        pool = getattr(self, "_worker_pool", None)
-        if pool is not None:
-            pool.close()
-
-    def __reduce__(self) -> Any:
-        raise TypeError("cannot pickle 'DatasetRuntime' object")
-
-    def write_cache(self, sources: Any, path: str | os.PathLike, *,
-                    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> list:
-        """Write one source or a list of sources under `path`; one result per source, in order."""
-        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
-
-    def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
-               reader_config: ReaderConfig | None) -> list:
-        from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
-
-        if not isinstance(writer_config, WriterConfig):
-            raise ArgumentTypeError(f"writer_config must be a WriterConfig, got {type(writer_config).__name__}")
-        comp = writer_config.shard_compression
-        if comp.algo == "none" and comp.ratio != 1.0:
-            raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
-        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        progress = WriteProgress(items) if writer_config.show_progress and items else None
-        start = time.perf_counter_ns()
-        profiles: list = []
-        check = _reuse_checker(writer_config) if reuse_existing else None
-        try:
-            results, _ = write_sources(items, Path(path), writer_config, pool=self._compression_threads(),
-                                       progress=progress, reuse_existing=reuse_existing, check_reused=check,
-                                       profiles=profiles)
-        finally:
-            if progress is not None:
-                progress.close()
-            if writer_config.profiler.enabled:
-                write_profile(writer_config.profiler.path, time.perf_counter_ns() - start, profiles)
-        return results
-
-    def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
-        return CachedDataset(paths, reader_config=reader_config, runtime=self)
-
-    def from_cache_sources(self, sources: Any, path: str | os.PathLike, *, reader_config: ReaderConfig,
-                           writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> Any:
-        """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
-        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        if not items:
-            return CacheSourcesDatasetError([], "no cache sources were provided")
-        results = self._write(items, path, writer_config, reuse_existing=True, reader_config=reader_config)
-        ok = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
-        if not ok:
-            detail = "; ".join(f"{r.source_name}: {r.message}" for r in results)
-            return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
-        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
-
-
-def _reuse_checker(writer_config: WriterConfig):
-    def check(name: str, path: Path) -> str | None:
-        try:
-            handle = CacheHandle.open(path)
-            if handle.manifest.source_name != name:
-                return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
-            spec, existing = writer_config.payload_spec, common_payload_spec([handle])
-            if spec is not None and existing != spec:
-                return f"existing cache at {path} has payload spec {existing if existing else 'none'}, not {spec}"
-            if writer_config.validate_cache:
-                handle.validate_deep()
-        except DatasetRTError as exc:
-            return str(exc)
-        return None
-
-    return check
