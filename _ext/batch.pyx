@@ -134,3 +134,52 @@ def payload_list(const uint8_t[::1] data, const int64_t[::1] data_off, const int
     for i in range(n):
         out[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])
     return out
+
+
+def project_rows(const uint8_t[::1] data, const int64_t[::1] offsets, Py_ssize_t n, Py_ssize_t outer,
+                 Py_ssize_t inner_bytes, Py_ssize_t step_bytes_out, const uint8_t[::1] pad_item, uint8_t[::1] out):
+    """Project n ragged records to one fixed length along their ragged dim (o41's rule: truncate,
+    or pad with `pad_item`), into `out` (n x outer x step_bytes_out bytes, C order).
+
+    Record i is data[offsets[i] : offsets[i+1]]: `outer` blocks (the dims before the ragged one)
+    of k_i steps of `inner_bytes` (the dims after it times the item size). Each block becomes
+    step_bytes_out bytes: its first min(k_i * inner_bytes, step_bytes_out) bytes, then copies
+    of `pad_item` (one item, whose size divides inner_bytes). Every span is checked to lie
+    inside `data` / `out` first (F_ARGUMENT otherwise). O(n x outer x step_bytes_out).
+    """
+    cdef Py_ssize_t i, o, k, rec_bytes, block_in, take, filled, chunk, item = pad_item.shape[0]
+    cdef const uint8_t* src
+    cdef uint8_t* dst
+    cdef const uint8_t* base = &data[0] if data.shape[0] else NULL
+    cdef uint8_t* out_base = &out[0] if out.shape[0] else NULL
+    if (n < 0 or outer <= 0 or inner_bytes <= 0 or step_bytes_out < 0 or item <= 0 or inner_bytes % item
+            or step_bytes_out % item or offsets.shape[0] < n + 1 or out.shape[0] < n * outer * step_bytes_out):
+        raise_fault(F_ARGUMENT, f"project_rows: {n} rows of {outer} x {inner_bytes}-byte steps into "
+                                f"{step_bytes_out}-byte blocks do not fit their buffers (item {item} bytes, "
+                                f"{offsets.shape[0]} offsets, out {out.shape[0]} bytes)")
+    for i in range(n):
+        rec_bytes = offsets[i + 1] - offsets[i]
+        if offsets[i] < 0 or rec_bytes < 0 or offsets[i + 1] > data.shape[0] or rec_bytes % (outer * inner_bytes):
+            raise_fault(F_ARGUMENT, f"project_rows: record {i} (offset {offsets[i]}, {rec_bytes} bytes) is not "
+                                    f"{outer} blocks of whole {inner_bytes}-byte steps inside a {data.shape[0]}-byte buffer")
+    with nogil:
+        dst = out_base
+        for i in range(n):
+            block_in = (offsets[i + 1] - offsets[i]) // outer
+            take = block_in if block_in < step_bytes_out else step_bytes_out
+            for o in range(outer):
+                src = base + offsets[i] + o * block_in
+                if take:
+                    memcpy(dst, src, take)
+                filled = take
+                if filled < step_bytes_out:
+                    memcpy(dst + filled, &pad_item[0], item)  # then double the padded span
+                    filled += item
+                    while filled < step_bytes_out:
+                        chunk = filled - take
+                        if chunk > step_bytes_out - filled:
+                            chunk = step_bytes_out - filled
+                        memcpy(dst + filled, dst + take, chunk)
+                        filled += chunk
+                dst += step_bytes_out
+    return n * outer * step_bytes_out

@@ -28,6 +28,7 @@ cdef enum Fault:
     F_TYPE = 19           # ArgumentTypeError
     F_STATE = 20          # CacheFormatError: a record and its cache's codec state (zstd_dict dictionary) disagree,
                           # or the state itself is not one the codec can load
+    F_PAYLOAD_SPEC = 21   # CacheFormatError: a stored payload whose length does not fit the cache's PayloadSpec
 
 
 cdef inline int raise_fault(int code, str message) except -1:
@@ -52,6 +53,6 @@ cdef inline int raise_fault(int code, str message) except -1:
         cls = errors.ConfigError
     elif code == F_TYPE:
         cls = errors.ArgumentTypeError
-    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC, F_STATE and anything unforeseen
+    else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC, F_STATE, F_PAYLOAD_SPEC and anything unforeseen
         cls = errors.CacheFormatError
     raise cls(message)

@@ -23,7 +23,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport errno, EINTR
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy, strerror
+from libc.string cimport memcpy, memmove, strerror
 
 from clibs cimport XXH3_64bits
 from codecs cimport (
@@ -32,7 +32,7 @@ from codecs cimport (
 )
 from faults cimport (
     F_ARGUMENT, F_BOUNDS, F_CHECKSUM, F_CODEC, F_DECODE, F_DECODED_LIMIT, F_ENVELOPE, F_IO, F_NOMEM, F_NOT_OPEN, F_OK,
-    F_OUT_FULL, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_STATE, F_UTF8, raise_fault,
+    F_OUT_FULL, F_PAYLOAD_SPEC, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_STATE, F_UTF8, raise_fault,
 )
 from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
@@ -549,6 +549,229 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
     else:
         message = f"gather fault {f.code}: {where}"
     return raise_fault(f.code, message)
+
+
+# -- batch mode: payloads back to back in their final layout ------------------------------------
+# `gather_batch` shares the record checks of `gather` (bounds, XXH3, envelope, UTF-8, codec sizes)
+# through the helpers below; it writes no JSON between payloads, so the payload bytes of a batch
+# are its final `[n, *shape]` (dense) or values (ragged) layout as they land.
+
+
+cdef struct RecordAt:
+    int64_t shard       # flat shard index (shard_base[c] + shard_id)
+    uint64_t shard_id   # shard number within its cache
+    uint64_t off        # byte offset of the stored record in its shard
+    uint64_t rec_len    # stored record bytes (header + JSON + stored payload)
+
+
+cdef inline int _locate(int64_t c, uint64_t sid, const uint64_t* index_addr, const uint64_t* index_rows,
+                        const int64_t* shard_base, const int64_t* shard_count, const uint64_t* shard_len,
+                        const int32_t* shard_fd, RecordAt* r, FaultInfo* f) noexcept nogil:
+    """The index entry of (cache c, sample sid), checked against the shard table before use: 0,
+    or -1 with the fault in f (the codes and fields `gather` reports for the same faults)."""
+    cdef const uint8_t* entry
+    if sid >= index_rows[c]:
+        f.code = F_SAMPLE_RANGE
+        return -1
+    entry = <const uint8_t*>index_addr[c] + sid * INDEX_ROW_BYTES
+    r.shard_id = drt_load_u64le(entry)
+    r.off = drt_load_u64le(entry + 8)
+    r.rec_len = drt_load_u64le(entry + 16)
+    if r.shard_id >= <uint64_t>shard_count[c]:
+        f.code = F_SHARD_ID
+        f.a = r.shard_id
+        return -1
+    r.shard = shard_base[c] + <int64_t>r.shard_id
+    f.shard = r.shard
+    if r.off > shard_len[r.shard] or r.rec_len > shard_len[r.shard] - r.off:
+        f.code = F_BOUNDS
+        f.a = r.off
+        f.b = r.rec_len
+        return -1
+    if r.rec_len < RECORD_HEADER_BYTES:
+        f.code = F_ENVELOPE
+        return -1
+    if shard_fd[r.shard] < 0:
+        f.code = F_NOT_OPEN
+        return -1
+    return 0
+
+
+cdef inline int _check_record(const uint8_t* rec, uint64_t rec_len, uint64_t cksum_addr, uint64_t sid,
+                              uint64_t* jlen, FaultInfo* f) noexcept nogil:
+    """The stored record rec[0:rec_len] before any of its bytes are used: XXH3-64 against the
+    sidecar (when cksum_addr != 0), the JSON length, the JSON's UTF-8. 0 with *jlen, or -1."""
+    cdef uint64_t expect
+    cdef int64_t bad_at
+    if cksum_addr != 0:
+        expect = drt_load_u64le(<const uint8_t*>cksum_addr + sid * CHECKSUM_ROW_BYTES)
+        if XXH3_64bits(rec, rec_len) != expect:
+            f.code = F_CHECKSUM
+            f.a = expect
+            return -1
+    jlen[0] = drt_load_u64le(rec)
+    if jlen[0] > rec_len - RECORD_HEADER_BYTES:
+        f.code = F_ENVELOPE
+        f.a = jlen[0]
+        f.b = rec_len
+        return -1
+    bad_at = drt_utf8_invalid_at(rec + RECORD_HEADER_BYTES, jlen[0])
+    if bad_at >= 0:
+        f.code = F_UTF8
+        f.a = <uint64_t>bad_at
+        return -1
+    return 0
+
+
+def gather_batch(
+    const uint64_t[::1] index_addr, const uint64_t[::1] index_rows,
+    const int64_t[::1] shard_base, const int64_t[::1] shard_count, const uint64_t[::1] cksum_addr,
+    const uint64_t[::1] codec_state,
+    const int32_t[::1] shard_fd, const uint64_t[::1] shard_len, const uint64_t[::1] shard_ulen,
+    const uint8_t[::1] shard_codec,
+    const int64_t[::1] row_cache, const uint64_t[::1] row_sample,
+    uint8_t[::1] out, int64_t[::1] offsets, int64_t[::1] json_off, int64_t[::1] json_len,
+    int64_t record_bytes, uint64_t unit_bytes, size_t start, size_t json_bottom,
+    Scratch scratch not None, list cache_labels not None, list shard_names not None, str spec_label not None,
+):
+    """Read rows [0, n) into `out` in their final batch layout, in order, until done or `out` is full.
+
+    The decoded payload of row i is out[offsets[i] : offsets[i+1]] (`offsets` int64, n+1 entries,
+    offsets[0] = start): payloads lie back to back from out[start] (a call continuing an earlier
+    one passes that call's returned payload end and JSON bottom as `start` and `json_bottom`; a
+    first call 0 and len(out)), so out[:offsets[n]] is the batch's `[n, *shape]` array (dense
+    spec) or ragged values, as written. Embedded JSON: when `json_off` and `json_len` have n
+    entries, row i's JSON is kept at out[json_off[i] : +json_len[i]], stacked down from
+    `json_bottom` (always above the payloads); when they are empty, it is
+    checked (length, UTF-8) and dropped. The payload spec is checked on each decoded length before
+    anything is written: `record_bytes >= 0` -> exactly that many bytes; `unit_bytes > 1` -> a
+    multiple of it; a mismatch is a CacheFormatError naming the cache, the sample, the length and
+    `spec_label`. Every other check is `gather`'s (index bounds, XXH3, envelope, UTF-8, codec sizes,
+    the record's codec state against its cache's: `codec_state` as in `gather`).
+
+    Returns (rows_done, payload_end, json_bottom, need_bytes): rows_done < n when `out` is full,
+    and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept) does not fit in
+    what is left. O(rows + bytes).
+
+    Uncompressed records, JSON dropped: a run of neighbouring records is read with one pread
+    straight into `out` at the write position, and each payload is then moved down over its own
+    header and JSON (memmove of bytes still in the CPU cache; docs/architecture.md has the
+    measurement that chose this over preadv). A record that does not fit in place, compressed
+    records (runs of at most SPAN_MAX_BYTES) and records whose JSON is kept are staged in the
+    scratch buffer, then decoded (or copied) into place.
+    """
+    cdef Py_ssize_t n_rows = row_cache.shape[0]
+    cdef Py_ssize_t i = 0
+    cdef bint keep_json = json_off.shape[0] > 0
+    cdef size_t pos = start, need = 0, json_top = json_bottom, kept
+    cdef int64_t c
+    cdef uint64_t sid, jlen, plen, dsize, limit
+    cdef RecordAt r
+    cdef const uint8_t* rec
+    cdef const uint8_t* payload
+    cdef uint8_t* base = &out[0] if out.shape[0] else NULL
+    cdef int codec, status
+    cdef Py_ssize_t span_stop = 0
+    cdef uint64_t span_off = 0, span_total = 0
+    cdef const uint8_t* span_base = NULL
+    cdef FaultInfo f
+    if start > json_bottom or json_bottom > <size_t>out.shape[0]:
+        raise_fault(F_ARGUMENT, f"gather_batch: start {start} and json_bottom {json_bottom} must satisfy "
+                                f"start <= json_bottom <= len(out) = {out.shape[0]}")
+    if offsets.shape[0] < n_rows + 1 or (keep_json and (json_off.shape[0] < n_rows or json_len.shape[0] < n_rows)):
+        raise_fault(F_ARGUMENT, f"gather_batch: {n_rows} rows need {n_rows + 1} offsets (got {offsets.shape[0]}) and, "
+                                f"with JSON kept, {n_rows} JSON spans (got {json_off.shape[0]}, {json_len.shape[0]})")
+    f.code = F_OK
+    f.row = -1
+    f.a = 0
+    f.b = 0
+    f.shard = -1
+    f.codec = -1
+    if n_rows:
+        offsets[0] = start
+    with nogil:
+        while i < n_rows:
+            c = row_cache[i]
+            sid = row_sample[i]
+            if _locate(c, sid, &index_addr[0], &index_rows[0], &shard_base[0], &shard_count[0], &shard_len[0],
+                       &shard_fd[0], &r, &f) != 0:
+                break
+            codec = shard_codec[r.shard]
+            f.codec = codec
+            if i < span_stop:
+                rec = span_base + (r.off - span_off)  # read with the run it belongs to
+            elif codec == CODEC_NONE and not keep_json and r.rec_len <= json_top - pos:
+                span_stop = _span_end(i, n_rows, &row_cache[0], &row_sample[0], &index_addr[0], &index_rows[0],
+                                      c, r.shard_id, r.off, r.rec_len, json_top - pos, shard_len[r.shard], &span_total)
+                if _pread_full(shard_fd[r.shard], base + pos, span_total, r.off, &f) != 0:
+                    break
+                span_base = base + pos
+                span_off = r.off
+                rec = span_base
+            else:
+                limit = r.rec_len if codec == CODEC_NONE and not keep_json else max(r.rec_len, SPAN_MAX_BYTES)
+                span_stop = _span_end(i, n_rows, &row_cache[0], &row_sample[0], &index_addr[0], &index_rows[0],
+                                      c, r.shard_id, r.off, r.rec_len, limit, shard_len[r.shard], &span_total)
+                if scratch.reserve(span_total) != 0:
+                    f.code = F_NOMEM
+                    f.a = span_total
+                    break
+                if _pread_full(shard_fd[r.shard], scratch.buf, span_total, r.off, &f) != 0:
+                    break
+                span_base = scratch.buf
+                span_off = r.off
+                rec = scratch.buf
+            if _check_record(rec, r.rec_len, cksum_addr[c], sid, &jlen, &f) != 0:
+                break
+            plen = r.rec_len - RECORD_HEADER_BYTES - jlen
+            payload = rec + RECORD_HEADER_BYTES + jlen
+            status = decoded_size(codec, payload, plen, <const void*>codec_state[c], &dsize)
+            if status != F_OK:
+                f.code = status
+                f.a = dsize if status == F_DECODE else <uint64_t>codec
+                f.b = plen
+                break
+            if dsize > shard_ulen[r.shard]:
+                f.code = F_DECODED_LIMIT
+                f.a = dsize
+                f.b = shard_ulen[r.shard]
+                break
+            if (record_bytes >= 0 and dsize != <uint64_t>record_bytes) or (unit_bytes > 1 and dsize % unit_bytes != 0):
+                f.code = F_PAYLOAD_SPEC
+                f.a = dsize
+                break
+            kept = jlen if keep_json else 0
+            if dsize + kept > json_top - pos:
+                need = dsize + kept
+                f.code = F_OUT_FULL
+                break
+            if keep_json:
+                json_top -= jlen
+                memcpy(base + json_top, rec + RECORD_HEADER_BYTES, jlen)
+                json_off[i] = json_top
+                json_len[i] = jlen
+            if codec == CODEC_NONE:
+                if dsize:
+                    memmove(base + pos, payload, dsize)  # in place: down over its own header and JSON
+            else:
+                status = decode(codec, payload, plen, base + pos, dsize, &scratch.codecs, <const void*>codec_state[c])
+                if status != F_OK:
+                    f.code = status
+                    if status == F_STATE:  # what the record names vs its cache's state
+                        f.a = scratch.codecs.state_found
+                        f.b = scratch.codecs.state_expected
+                    break
+            pos += dsize
+            offsets[i + 1] = pos
+            i += 1
+    if f.code == F_OK or f.code == F_OUT_FULL:
+        return i, pos, json_top, need
+    f.row = i
+    if f.code == F_PAYLOAD_SPEC:
+        expected = f"{record_bytes} bytes" if record_bytes >= 0 else f"a multiple of {unit_bytes} bytes"
+        raise_fault(F_PAYLOAD_SPEC, f"payload of {f.a} bytes does not fit payload spec {spec_label} (expected {expected}): "
+                                    f"{cache_labels[row_cache[i]]} sample {row_sample[i]} (shard {shard_names[f.shard]})")
+    _raise_fault(&f, row_cache, row_sample, cache_labels, shard_names)
 
 
 def slice_records(const uint8_t[::1] out, const int64_t[::1] json_off, const int64_t[::1] json_len,

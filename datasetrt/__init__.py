@@ -1,7 +1,7 @@
 """datasetrt: a dataset cache and loader for ML training, drop-in for dataset-rt 0.4.8.
 
 `import datasetrt as drt` exposes the same 23 public names as `dataset_rt`, plus datasetrt's
-`PayloadSpec` (typed payloads) and the sampling configurations `Mixture`, `Stream`, `Stage`,
+`PayloadSpec` and `RaggedArrays` (typed payloads) and the sampling configurations `Mixture`, `Stream`, `Stage`,
 `Curriculum`; `datasetrt.errors` holds the exception tree. The public names load lazily (PEP 562), so a reader worker process that
 imports `datasetrt.runtime.worker` never imports Polars through this package's __init__.
 """
@@ -16,7 +16,7 @@ __all__ = [
     "CachedDataset", "CachedSample", "DatasetRuntime", "ReaderConfig", "ShardCompression",
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result", "errors",
-    "PayloadSpec", "Mixture", "Stream", "Stage", "Curriculum",
+    "PayloadSpec", "RaggedArrays", "Mixture", "Stream", "Stage", "Curriculum",
 ]
 
 

@@ -14,7 +14,9 @@ from datasetrt.config import (
     WriterConfig,
     WriterProfilerConfig,
 )
-from datasetrt.dataset import CachedDataset, DatasetRuntime
+from datasetrt.arrays import RaggedArrays
+from datasetrt.dataset import CachedDataset
+from datasetrt.dataset_runtime import DatasetRuntime
 from datasetrt.sampling.curriculum import Curriculum, Stage
 from datasetrt.sampling.mixture import Mixture, Stream
 from datasetrt.records import (
@@ -53,6 +55,6 @@ __all__ = [
     "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
     "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
     "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
-    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch", "PayloadSpec",
+    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch", "RaggedArrays", "PayloadSpec",
     "Mixture", "Stream", "Stage", "Curriculum",
 ]

@@ -1,4 +1,5 @@
-"""`CachedDataset` and `DatasetRuntime`: orchestration of format, table, sampling and runtime.
+"""`CachedDataset`: orchestration of format, table, sampling and runtime (`DatasetRuntime`, which
+owns the workers it reads with, is in datasetrt/dataset_runtime.py).
 
 Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no record or batch
 assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
@@ -24,42 +25,37 @@ import hashlib
 import os
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, PayloadSpec, ReaderConfig, WriterConfig
+from datasetrt.config import PayloadSpec, ReaderConfig
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
     CacheFormatError,
     ConfigError,
-    DatasetRTError,
     LoaderStateError,
     MetadataTypeError,
+    ResourceLimitError,
     SampleIndexError,
 )
 from datasetrt.format.layout import U64_MAX
-from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.records import (
     CachedSample,
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetSuccess,
-    CacheWriteSuccess,
     Err,
     Ok,
     SampleBatch,
 )
-from datasetrt.runtime.batches import batches
-from datasetrt.runtime.local import READ_BLOCK_ROWS, Chunk, LocalReader, local_chunks
+from datasetrt.payloads import PayloadCheck
+from datasetrt.runtime.batch_run import BatchRun
+from datasetrt.runtime.batches import BatchMaker
+from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
-from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
@@ -75,6 +71,8 @@ if TYPE_CHECKING:
     # Polars and pyarrow (~65 MiB together) load only when metadata is touched or a cache is
     # written: table.metadata and format.writer are imported inside the methods that use them.
     import polars as pl
+
+    from datasetrt.dataset_runtime import DatasetRuntime
 
 
 def _check_seed(seed: Any) -> int:
@@ -349,13 +347,52 @@ class CachedDataset:
         `check_embedded` overrides validate_cache's check of embedded metadata."""
         if window.length == 0:
             return iter(())
+        builder = self._builder(check_embedded)
+        chunks = local_chunks(self._reader(), window, READ_BLOCK_ROWS) if in_process else self._chunks(window)
+        return builder.samples(chunks, transform)
+
+    def read_window_batches(self, window: Window, batch_size: int, *, with_metadata: bool = True,
+                            in_process: bool = False, check_embedded: bool | None = None,
+                            buffers: Any = None) -> Iterator[SampleBatch]:
+        """`window` (or a share of one) as `SampleBatch`es of `batch_size` consecutive positions
+        (the last one shorter), read as `iter_batches` reads (leased ring slots of the runtime's
+        workers, if the dataset has them), or with `in_process` by this thread's reader here.
+        `buffers` (in-process only): an object whose `take(nbytes)` returns a writable C-contiguous
+        uint8 numpy array of at least `nbytes` (e.g. a view of shared memory) that each batch is
+        gathered into in its final layout; default: recycled private buffers. `check_embedded` as
+        in `read_window`. Nothing is read before the first `next()`."""
+        if type(batch_size) is not int or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if buffers is not None and not in_process:
+            raise ConfigError("read_window_batches: buffers= needs in_process=True (ring slots are the runtime's)")
+        return self._window_batches(window, batch_size, False, with_metadata, self._builder(check_embedded),
+                                    in_process, buffers)
+
+    def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
+        """Columns `names` of the caches' own metadata tables (metadata.arrow) for the samples
+        (cache_id, sample_id) (uint64 arrays of one length n, ids this dataset holds): numeric
+        and boolean columns as numpy arrays, others as object arrays, each of n entries.
+        ConfigError naming a missing column. O(n) after the table's first decode."""
+        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+            raise ArgumentTypeError("sample_columns() takes a list of column names")
+        table = self._arrow_table(None)
+        missing = [n for n in names if n not in table.column_names]
+        if missing:
+            raise ConfigError(f"no metadata column {missing[0]!r}; the columns are {table.column_names}")
+        catalog = self._catalog
+        rows = catalog.offsets[catalog.positions(np.asarray(cache_id, dtype=np.uint64))] + np.asarray(sample_id, dtype=np.int64)
+        part = table.select(list(names)).take(rows)
+        return {n: part.column(n).to_numpy() for n in names}
+
+    def _builder(self, check_embedded: bool | None) -> Any:
+        """The sample builder checking embedded metadata as `check_embedded` says (None: as
+        validate_cache says)."""
         builder = self._sample_builder
         if check_embedded is not None and check_embedded != builder.check_embedded:
             if self._other_builder is None:
                 self._other_builder = builder.checking(check_embedded)
             builder = self._other_builder
-        chunks = local_chunks(self._reader(), window, READ_BLOCK_ROWS) if in_process else self._chunks(window)
-        return builder.samples(chunks, transform)
+        return builder
 
     def cursor_state(self) -> CursorState:
         """Cursor, draw offset, epoch length and their population, read together under the lock."""
@@ -410,18 +447,51 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        window = self.reserve_window()
+        yield from self._window_batches(self.reserve_window(), batch_size, drop_last, with_metadata,
+                                        self._sample_builder)
+
+    def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool, builder: Any,
+                        in_process: bool = False, buffers: Any = None) -> Iterator[SampleBatch]:
+        """`window` as SampleBatches of `batch_size` in order: leased ring slots through the
+        runtime's workers, or in-process batches gathered straight into private buffers (or
+        `buffers`' arrays). `builder` decides the embedded-metadata check."""
+        if window.length == 0:
+            return
         # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
         table = functools.partial(self._arrow_table, window.population) if with_metadata else None
-        builder = self._sample_builder
         check = builder.metadata if builder.check_embedded else None
-        chunks = self._chunks(window, batch_size)
-        yield from batches(chunks, batch_size, drop_last, self._catalog.cache_ids, table, check)
+        maker = BatchMaker(self._catalog.cache_ids, table, check, self._payload_spec)
+        shape = self._batch_shape(batch_size, drop_last, builder.check_embedded)
+        if not in_process and self._runtime is not None and self._runtime.parallel_reads:
+            try:
+                packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape)
+            except ResourceLimitError:
+                # A ring slot per batch does not fit the memory limit: read records
+                # into small slots and pack each batch here (one copy of its payloads).
+                labels = [str(h.path) for h in self._handles]
+                yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
+                return
+        else:
+            packed = local_batches(self._reader(), window, shape, buffers=buffers)
+        try:
+            # `yield from map`: no frame here keeps a batch once it is handed out, so the
+            # consumer's references alone decide when a leased ring slot returns.
+            yield from map(maker.batch, packed)
+        finally:
+            packed.close()
 
-    def _arrow_table(self, population: Population) -> Any:
+    def _batch_shape(self, batch_size: int, drop_last: bool, keep_json: bool) -> BatchShape:
+        """How `iter_batches` cuts and checks a window: the payload spec's length rule, the
+        embedded JSON kept only when it is checked (validate_cache), rows planned at the ring's
+        record size."""
+        spec = self._payload_spec
+        check = PayloadCheck() if spec is None else PayloadCheck.of(spec.dtype, spec.shape)
+        return BatchShape(batch_size, drop_last, check, keep_json, self._max_record_bytes())
+
+    def _arrow_table(self, population: Population | None) -> Any:
         """pyarrow form of the table whose rows a population's planner rows index (cached):
-        the frame that population was validated from, or the physical table."""
-        frame = population.table if population.table is not None else self._physical()
+        the frame that population was validated from, or the physical table (also for None)."""
+        frame = population.table if population is not None and population.table is not None else self._physical()
         if self._arrow_cache is None or self._arrow_cache[0] is not frame:
             self._arrow_cache = (frame, frame.to_arrow())
         return self._arrow_cache[1]
@@ -441,14 +511,16 @@ class CachedDataset:
 
     def _parallel_run(self, window: Window, rows_hint: int | None = None) -> ParallelRun:
         """Start a multiprocess read of `window` on the runtime's workers."""
+        return ParallelRun(self._run_spec(window, rows_hint), self._runtime._running_pool)
+
+    def _run_spec(self, window: Window, rows_hint: int | None = None) -> RunSpec:
         cfg = self.reader_config
-        spec = RunSpec(
+        return RunSpec(
             caches=self._worker_caches(), window=window, num_workers=self._runtime.num_workers,
             prefetch_size=cfg.prefetch_size, max_record_bytes=self._max_record_bytes(),
             memory_limit_bytes=cfg.memory_limit_bytes or default_memory_limit_bytes(),
             timeout_s=cfg.worker_timeout_s, fallback=self._reader(), rows_hint=rows_hint,
         )
-        return ParallelRun(spec, self._runtime._running_pool)
 
     def _worker_caches(self) -> CacheSet:
         """The caches as reader workers open them (built once, at the first parallel read)."""
@@ -620,153 +692,9 @@ class CachedDataset:
 
         return to_torch_dataloader(self, **kwargs)
 
+    def to_torch_batches(self, batch_size: int, **kwargs: Any) -> Any:
+        """A `torch.utils.data.DataLoader` of whole typed batches (dicts of tensors) whose workers
+        gather each batch straight into shared-memory tensors (docs/pytorch.md)."""
+        from datasetrt.integrations.torch import to_torch_batches
 
-class DatasetRuntime:
-    """Owns the workers shared by every write and dataset built through it.
-
-    `num_workers` threads compress during writes (the native codecs release the GIL).
-    """
-
-    __slots__ = ("_num_workers", "_writer_threads", "_worker_pool", "_start_method", "parallel_reads", "__weakref__")
-
-    def __init__(self, *, num_workers: int, start_method: str | None = None, parallel_reads: bool = True) -> None:
-        if isinstance(num_workers, float) or not isinstance(num_workers, int):
-            raise ArgumentTypeError(f"num_workers must be an integer, got {type(num_workers).__name__}")
-        if num_workers < 0:
-            raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
-        if num_workers == 0:
-            raise ConfigError("num_workers must be greater than zero")
-        if start_method is not None and start_method not in ("fork", "spawn"):
-            raise ConfigError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
-        self._num_workers = int(num_workers)
-        self._writer_threads: ThreadPoolExecutor | None = None  # compression threads of writes
-        self._worker_pool: WorkerPool | None = None  # reader worker processes of parallel reads
-        self._start_method = start_method
-        self.parallel_reads = bool(parallel_reads)
-
-    def _running_pool(self) -> WorkerPool:
-        """The reader worker processes, launched at first use (a run reads in-process until one
-        is ready) and relaunched after a crash."""
-        if self._worker_pool is None or self._worker_pool.closed:
-            pool = WorkerPool(self._num_workers, self._start_method)
-            pool.launch()
-            self._worker_pool = pool
-        return self._worker_pool
-
-    def start_workers(self) -> list[int]:
-        """Start the reader workers now and wait until each reports ready; returns their pids.
-
-        Optional: without it they start at the first parallel read, which reads in-process until
-        one is ready (same samples either way). Useful before timing a loop, or to fail early.
-        """
-        pool = self._running_pool()
-        while not pool.all_ready:
-            pool.check_startup()
-            pool.poll(1.0, what="worker start-up", idle_ok=True)
-        return pool.pids
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """PIDs of the running reader workers (empty before the first parallel read)."""
-        return [] if self._worker_pool is None or self._worker_pool.closed else self._worker_pool.pids
-
-    @property
-    def num_workers(self) -> int:
-        return self._num_workers
-
-    def _compression_threads(self) -> ThreadPoolExecutor | None:
-        if self._num_workers < 2:
-            return None
-        if self._writer_threads is None:
-            self._writer_threads = ThreadPoolExecutor(max_workers=self._num_workers, thread_name_prefix="datasetrt-writer")
-        return self._writer_threads
-
-    def close(self) -> None:
-        """Stop the writer threads and the reader processes (idempotent)."""
-        if self._writer_threads is not None:
-            self._writer_threads.shutdown(wait=True)
-            self._writer_threads = None
-        if self._worker_pool is not None:
-            self._worker_pool.close()
-            self._worker_pool = None
-
-    def __enter__(self) -> DatasetRuntime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        threads = getattr(self, "_writer_threads", None)
-        if threads is not None:
-            threads.shutdown(wait=False)
-        pool = getattr(self, "_worker_pool", None)
-        if pool is not None:
-            pool.close()
-
-    def __reduce__(self) -> Any:
-        raise TypeError("cannot pickle 'DatasetRuntime' object")
-
-    def write_cache(self, sources: Any, path: str | os.PathLike, *,
-                    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> list:
-        """Write one source or a list of sources under `path`; one result per source, in order."""
-        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
-
-    def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
-               reader_config: ReaderConfig | None) -> list:
-        from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
-
-        if not isinstance(writer_config, WriterConfig):
-            raise ArgumentTypeError(f"writer_config must be a WriterConfig, got {type(writer_config).__name__}")
-        comp = writer_config.shard_compression
-        if comp.algo == "none" and comp.ratio != 1.0:
-            raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
-        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        progress = WriteProgress(items) if writer_config.show_progress and items else None
-        start = time.perf_counter_ns()
-        profiles: list = []
-        check = _reuse_checker(writer_config) if reuse_existing else None
-        try:
-            results, _ = write_sources(items, Path(path), writer_config, pool=self._compression_threads(),
-                                       progress=progress, reuse_existing=reuse_existing, check_reused=check,
-                                       profiles=profiles)
-        finally:
-            if progress is not None:
-                progress.close()
-            if writer_config.profiler.enabled:
-                write_profile(writer_config.profiler.path, time.perf_counter_ns() - start, profiles)
-        return results
-
-    def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
-        return CachedDataset(paths, reader_config=reader_config, runtime=self)
-
-    def from_cache_sources(self, sources: Any, path: str | os.PathLike, *, reader_config: ReaderConfig,
-                           writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> Any:
-        """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
-        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
-        if not items:
-            return CacheSourcesDatasetError([], "no cache sources were provided")
-        results = self._write(items, path, writer_config, reuse_existing=True, reader_config=reader_config)
-        ok = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
-        if not ok:
-            detail = "; ".join(f"{r.source_name}: {r.message}" for r in results)
-            return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
-        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
-
-
-def _reuse_checker(writer_config: WriterConfig):
-    def check(name: str, path: Path) -> str | None:
-        try:
-            handle = CacheHandle.open(path)
-            if handle.manifest.source_name != name:
-                return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
-            spec, existing = writer_config.payload_spec, common_payload_spec([handle])
-            if spec is not None and existing != spec:
-                return f"existing cache at {path} has payload spec {existing if existing else 'none'}, not {spec}"
-            if writer_config.validate_cache:
-                handle.validate_deep()
-        except DatasetRTError as exc:
-            return str(exc)
-        return None
-
-    return check
+        return to_torch_batches(self, batch_size, **kwargs)

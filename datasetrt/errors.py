@@ -156,6 +156,11 @@ class WorkerTimeoutError(WorkerError):
 # --- PyTorch integration -----------------------------------------------------------------------
 
 
+class BatchReleasedError(DatasetRTError, ValueError):
+    """A `SampleBatch` used after `release()` (or the end of its `with` block), like I/O on a
+    closed file."""
+
+
 class LoaderStateError(DatasetRTError, RuntimeError):
     """A torch-side operation at the wrong time or place: load_state_dict after iteration began,
     state_dict away from the owning process, a loader built inside a DataLoader worker."""

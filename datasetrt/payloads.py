@@ -11,6 +11,7 @@ ragged dim, whose length each record's byte length gives). Its byte sizes must f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # Canonical numpy name -> item size in bytes, in the order messages list them.
@@ -63,3 +64,25 @@ def describe(dtype: str, shape: tuple) -> str:
 def manifest_form(dtype: str, shape: tuple) -> dict[str, Any]:
     """The manifest's `datasetrt.payload_spec` value: {"dtype": "int32", "shape": [512]} (None as null)."""
     return {"dtype": dtype, "shape": list(shape)}
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadCheck:
+    """The length rule a batch gather checks every decoded payload against (plain data: it
+    travels to reader workers inside the slot layout). `record_bytes >= 0`: exactly that many bytes
+    (a dense spec); `unit_bytes > 1`: a multiple of it (ragged); -1 and 0: any length (an untyped
+    cache, or a ragged spec whose unit is one byte). `label` names the spec in messages."""
+
+    record_bytes: int = -1
+    unit_bytes: int = 0
+    label: str = "bytes"
+
+    @classmethod
+    def of(cls, dtype: str | None, shape: tuple | None) -> PayloadCheck:
+        """The rule of spec (dtype, shape); no spec (None, None): any length."""
+        if dtype is None:
+            return cls()
+        ragged = [axis for axis, dim in enumerate(shape) if dim is None]
+        if not ragged:
+            return cls(dims_product(shape) * PAYLOAD_DTYPES[dtype], 0, describe(dtype, shape))
+        return cls(-1, dims_product(shape, ragged[0]) * PAYLOAD_DTYPES[dtype], describe(dtype, shape))

@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
-from datasetrt.dataset import DatasetRuntime
+from datasetrt.dataset_runtime import DatasetRuntime
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
 from datasetrt.records import CacheSourcesDatasetError, CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource

@@ -1,43 +1,87 @@
-"""Chunks to `SampleBatch`es: batch building for `CachedDataset.iter_batches`.
+"""Batches for `CachedDataset.iter_batches`: `PackedBatch`es (gathered in their final layout, by
+reader workers into leased ring slots or in-process into private buffers) to `SampleBatch`es,
+and the packing fallback from record chunks (`BatchBuilder`) where no batch gather applies.
 
-Boundary: chunks in (runtime/local.py), `SampleBatch`es out; the metadata table is an opaque
-callable returning a pyarrow-like table (`slice`/`take`), called only if the consumer reads a
-batch's metadata. No Polars, no Torch, no planning, no processes.
+Boundary: packed batches and chunks in (runtime/local.py), `SampleBatch`es out; the metadata
+table is an opaque callable returning a pyarrow-like table (`slice`/`take`), called only if the
+consumer reads a batch's metadata. No Polars, no Torch, no planning, no processes.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from datasetrt._native.batch import pack_payloads
+from datasetrt.errors import CacheFormatError
+from datasetrt.payloads import PayloadCheck
 from datasetrt.records import Deferred, SampleBatch
-from datasetrt.runtime.local import Chunk
+from datasetrt.runtime.local import BufferPool, Chunk, PackedBatch
 
 
-def batches(chunks: Iterable[Chunk], batch_size: int, drop_last: bool, cache_ids: np.ndarray,
-            table_of: Callable[[], Any] | None, check: Callable[[Chunk], Any] | None = None) -> Iterator[SampleBatch]:
-    """Batches of `batch_size` consecutive chunk rows (the last one shorter unless drop_last).
+class BatchMaker:
+    """Turns batches of rows into `SampleBatch`es of one dataset: `cache_ids` (uint64) maps cache
+    positions to ids; `table_of` returns the table whose rows the population rows index (None:
+    batches carry no metadata); `check` runs on every chunk before its rows are used
+    (validate_cache's embedded-metadata comparison); `payload_spec` goes with every batch."""
 
-    `cache_ids` (uint64) maps cache positions to ids; `table_of` returns the table whose rows the
-    chunks' population rows index (None: batches carry no metadata); `check` runs on every chunk
-    before its rows are used (validate_cache's embedded-metadata comparison).
-    """
-    builder = BatchBuilder(batch_size)
-    for chunk in chunks:
-        if check is not None:
-            check(chunk)
-        start = 0
-        while start < chunk.rows:
-            start = builder.add(chunk, start)
-            if builder.full:
-                yield builder.finish(cache_ids, table_of)
-    if builder.rows and not drop_last:
-        yield builder.finish(cache_ids, table_of)
+    def __init__(self, cache_ids: np.ndarray, table_of: Callable[[], Any] | None,
+                 check: Callable[[Chunk], Any] | None, payload_spec: Any) -> None:
+        self.cache_ids = cache_ids
+        self.table_of = table_of
+        self.check = check
+        self.payload_spec = payload_spec
+
+    def batch(self, packed: PackedBatch, checked: bool = False) -> SampleBatch:
+        """The SampleBatch of one packed batch: its payload bytes and offsets as they are (views
+        of a leased slot, or the batch's own buffer: no copy), its own id arrays. O(rows).
+        The embedded metadata is checked first unless `checked` (its chunks were)."""
+        if self.check is not None and not checked:
+            self.check(packed.chunk())
+        table_of = self.table_of
+        metadata = None if table_of is None else Deferred(functools.partial(table_rows, table_of, packed.row))
+        return SampleBatch(packed.payload, packed.offsets, self.cache_ids[packed.cache_pos], packed.sample_id,
+                           metadata, self.payload_spec)
+
+    def from_chunks(self, chunks: Iterable[Chunk], batch_size: int, drop_last: bool, rule: PayloadCheck,
+                    labels: list[str]) -> Iterator[SampleBatch]:
+        """Batches of `batch_size` consecutive chunk rows (the last one shorter unless
+        drop_last), packed into one buffer each: the fallback where a run cannot give each batch
+        a slot of its own (a batch larger than the memory bound allows). Payload lengths are
+        checked against `rule` (typed caches); `labels` name caches in messages."""
+        builder = BatchBuilder(batch_size)
+        for chunk in chunks:
+            if self.check is not None:
+                self.check(chunk)
+            check_lengths(chunk, rule, labels)
+            start = 0
+            while start < chunk.rows:
+                start = builder.add(chunk, start)
+                if builder.full:
+                    yield self.batch(builder.finish(), checked=True)
+        if builder.rows and not drop_last:
+            yield self.batch(builder.finish(), checked=True)
+
+
+def check_lengths(chunk: Chunk, rule: PayloadCheck, labels: list[str]) -> None:
+    """CacheFormatError naming the first record of `chunk` whose payload length breaks `rule`
+    (the batch gather kernel checks the same rule itself). O(rows), vectorised."""
+    lens = chunk.data_len[: chunk.rows]
+    if rule.record_bytes >= 0:
+        bad = np.flatnonzero(lens != rule.record_bytes)
+        expected = f"{rule.record_bytes} bytes"
+    elif rule.unit_bytes > 1:
+        bad = np.flatnonzero(lens % rule.unit_bytes)
+        expected = f"a multiple of {rule.unit_bytes} bytes"
+    else:
+        return
+    if len(bad):
+        i = int(bad[0])
+        raise CacheFormatError(f"payload of {int(lens[i])} bytes does not fit payload spec {rule.label} (expected "
+                               f"{expected}): {labels[int(chunk.cache_pos[i])]} sample {int(chunk.sample_id[i])}")
 
 
 def table_rows(table_of: Callable[[], Any], rows: np.ndarray) -> Any:
@@ -53,25 +97,18 @@ def table_rows(table_of: Callable[[], Any], rows: np.ndarray) -> Any:
 class BatchBuilder:
     """Accumulates chunk rows into one batch: payloads are packed straight into one buffer
     (sized from the first rows' average, grown by doubling), so a batch costs one copy of its
-    payload bytes however many chunks it spans.
-
-    Payload buffers of earlier batches are recycled once nothing outside this builder refers to
-    them (the batch, its `data` view and every view, memoryview or tensor made from it hold a
-    reference to the buffer, so a buffer whose reference count is back to the builder's own is
-    unreachable to the consumer). A fresh buffer of tens of MiB costs a page fault per 4 KiB on
-    its first write; a recycled one costs nothing (150 KiB records: batches read 1.6x faster).
-    """
-
-    RECYCLED = 2  # buffers kept: with `for b in it`, the consumer still holds the previous batch
+    payload bytes however many chunks it spans. Buffers come from a `BufferPool` (recycled once
+    nothing outside refers to them)."""
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
-        self._finished: list[np.ndarray] = []
+        self._buffers = BufferPool()
         self._reset()
 
     def _reset(self) -> None:
         self.rows = 0
         self.used = 0
+        self.first = -1
         self.data = np.empty(0, dtype=np.uint8)
         self.lens = np.empty(self.batch_size, dtype=np.int64)
         self.cache_pos = np.empty(self.batch_size, dtype=np.int64)
@@ -92,9 +129,11 @@ class BatchBuilder:
         if need > len(self.data):
             average = need / (self.rows + take)
             estimate = max(need, int(average * self.batch_size * 1.05) + 64, 2 * len(self.data))
-            grown = self._recycled(estimate)
+            grown = self._buffers.take(estimate)
             grown[: self.used] = self.data[: self.used]
             self.data = grown
+        if self.rows == 0:
+            self.first = chunk.first + start
         r = self.rows
         pack_payloads(chunk.data, chunk.data_off[start:end], lens, take, self.data, self.starts[r:r + take], self.used)
         self.lens[r:r + take] = lens
@@ -105,24 +144,11 @@ class BatchBuilder:
         self.used = need
         return end
 
-    def finish(self, cache_ids: np.ndarray, table_of: Callable[[], Any] | None) -> SampleBatch:
-        """The batch so far; `table_of` returns the pyarrow table its rows index (called only if
-        the consumer reads `metadata`)."""
+    def finish(self) -> PackedBatch:
+        """The batch so far, as a PackedBatch of its own arrays."""
         n = self.rows
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self.lens[:n], out=offsets[1:])
-        metadata = None if table_of is None else Deferred(functools.partial(table_rows, table_of, self.row[:n]))
-        batch = SampleBatch(self.data[: self.used], offsets, cache_ids[self.cache_pos[:n]], self.sample_id[:n].copy(), metadata)
-        self._finished = [self.data, *self._finished][: self.RECYCLED]
+        packed = PackedBatch(self.first, n, self.data, offsets, self.cache_pos[:n], self.sample_id[:n], self.row[:n])
         self._reset()
-        return batch
-
-    def _recycled(self, nbytes: int) -> np.ndarray:
-        """A buffer of at least `nbytes`: a finished batch's that nothing else refers to, or new."""
-        for i in range(len(self._finished)):
-            buf = self._finished[i]
-            # exactly three references: the list, `buf` and getrefcount's argument
-            if len(buf) >= nbytes and sys.getrefcount(buf) == 3:
-                del self._finished[i]
-                return buf
-        return np.empty(nbytes, dtype=np.uint8)
+        return packed

@@ -23,6 +23,7 @@ from datasetrt._native import gather as native
 from datasetrt.codecs import CODEC_IDS
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
+from datasetrt.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
 
 _OUT_OF_FDS_TEXT = tuple(f"(os error {e})" for e in (errno.EMFILE, errno.ENFILE))
@@ -135,3 +136,40 @@ class Gatherer:
             )
         finally:
             budget.unpin(shards)
+
+    def gather_batch_into(self, cache_pos, sample_id, out, offsets, json_off, json_len,
+                          check: PayloadCheck) -> tuple[int, int, int, int]:
+        """Native batch gathers of the given rows into `out`, payloads back to back from out[0]
+        in their final layout (`_native.gather.gather_batch`): offsets int64 (rows + 1 entries,
+        relative to `out`); json_off/json_len int64 (rows entries to keep the embedded JSON,
+        stacked down from the end of `out`; empty to check and drop it). `check` is the payload
+        spec's length rule. Returns (rows_done, payload_bytes, json_bottom, need_bytes):
+        rows_done < len(rows) only when `out` is full (need_bytes > 0 when row rows_done alone
+        does not fit what is left). Rows whose caches do not all fit the descriptor budget at
+        once are gathered block after block, each continuing where the last one stopped."""
+        if self._closed:
+            raise CacheIOError("reader is closed")
+        self._map_block(cache_pos)
+        budget, shards = self.budget, self.shards
+        n = len(cache_pos)
+        keep_json = len(json_off) > 0
+        done, pos, bottom, need = 0, 0, len(out), 0
+        while True:
+            block = memoryview(cache_pos)[done:]
+            rows = budget.open_block(shards, block)
+            try:
+                part = (lambda a: memoryview(a)[done:done + rows]) if done or rows < n - done else (lambda a: a)
+                got, pos, bottom, need = native.gather_batch(
+                    self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
+                    self.codec_state, self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
+                    part(cache_pos), part(sample_id), out, memoryview(offsets)[done:done + rows + 1],
+                    part(json_off) if keep_json else json_off, part(json_len) if keep_json else json_len,
+                    check.record_bytes, check.unit_bytes, pos, bottom,
+                    self._scratch, self.labels, self.shard_names, check.label,
+                )
+            finally:
+                budget.unpin(shards)
+            done += got
+            if done == n or got < rows:  # all rows, or `out` is full
+                return done, pos, bottom, need
+

@@ -2,15 +2,21 @@
 
 Boundary: psutil / cgroup files and arithmetic; no processes are started here.
 
-    bound = ring_slots x slot_bytes            shared-memory ring of one iterator run
-          + slot_bytes                         the chunk being turned into Python objects
-          + num_workers x slot_bytes           per-worker decode scratch (largest stored record)
+    bound = ring_slots x slot_bytes            shared-memory ring of one iterator run, including
+                                               the batches the consumer holds (batch runs: at most
+                                               held_slots = ring_slots - num_workers leases)
+          + slot_bytes                         the chunk being turned into Python objects, or the
+                                               batch being copied out of its slot (a consumer
+                                               holding more than held_slots batches)
+          + num_workers x scratch_bytes        per-worker decode scratch (records runs: slot_bytes;
+                                               batch runs: the largest staged run of records)
 
 The reorder window holds ring slots, never copies, so it is inside the first term. The plan needs
 no term of its own: the parent writes each task's planned rows into its slot's header (part of
-slot_bytes), and the population it plans from is the dataset's own table, not a per-run copy. A
-configuration whose bound exceeds the limit is refused before any process or segment exists
-(docs/memory-guide.md).
+slot_bytes), and the population it plans from is the dataset's own table, not a per-run copy.
+Batches a consumer keeps beyond held_slots are private copies it owns (one batch each, outside
+the bound, like any object it keeps). A configuration whose bound exceeds the limit is refused
+before any process or segment exists (docs/memory-guide.md).
 """
 
 from __future__ import annotations
@@ -96,20 +102,31 @@ class MemoryBound:
     ring_slots: int
     slot_bytes: int
     num_workers: int
+    held_slots: int = 0  # batch runs: ring slots the consumer may hold as leased batches
+    scratch_bytes: int | None = None  # per-worker decode scratch; None: slot_bytes
 
     @property
     def ring_bytes(self) -> int:
         return self.ring_slots * self.slot_bytes
 
     @property
+    def worker_scratch_bytes(self) -> int:
+        return self.slot_bytes if self.scratch_bytes is None else self.scratch_bytes
+
+    @property
     def total(self) -> int:
-        return self.ring_bytes + self.slot_bytes + self.num_workers * self.slot_bytes
+        return self.ring_bytes + self.slot_bytes + self.num_workers * self.worker_scratch_bytes
 
     def describe(self) -> str:
         mib = 2**20
+        ring = f"ring {self.ring_slots} slots x {self.slot_bytes / mib:.1f} MiB = {self.ring_bytes / mib:.1f} MiB"
+        if self.held_slots:
+            return (f"{ring} (up to {self.held_slots} of them batches the consumer holds)"
+                    f" + batch copied out {self.slot_bytes / mib:.1f} MiB"
+                    f" + decode scratch {self.num_workers} workers x {self.worker_scratch_bytes / mib:.1f} MiB"
+                    f" = {self.total / mib:.1f} MiB")
         return (
-            f"ring {self.ring_slots} slots x {self.slot_bytes / mib:.1f} MiB = {self.ring_bytes / mib:.1f} MiB"
-            f" + consumer chunk {self.slot_bytes / mib:.1f} MiB"
+            f"{ring} + consumer chunk {self.slot_bytes / mib:.1f} MiB"
             f" + decode scratch {self.num_workers} workers x {self.slot_bytes / mib:.1f} MiB"
             f" = {self.total / mib:.1f} MiB"
         )

@@ -6,19 +6,22 @@ Polars or Torch.
 
 Ownership: the parent creates the ring (an anonymous memfd, runtime/shm.py: it has no name to
 leave behind), maps it read-write and keeps its descriptor (`fd`) until `close()` or collection,
-for the pool to pass to each worker of the run, which maps it. A slot is either free (in `free`) or
-lent: to a task between `acquire()` and the task's result, then to whoever holds the chunk made
-from it, until `release(slot)`. Views from `arrays()`, `region()` and `chunk()` are only
-meaningful while their slot is lent to the caller; the run decides when a slot returns (today:
-when the consumer asks for the next chunk).
+for the pool to pass to each worker of the run, which maps it. A slot is either free (in `free`)
+or lent: to a task between `acquire()` and the task's result, then to whoever holds what was made
+from it, until it returns: by `release(slot)` (a "records" run, when the consumer asks for the
+next chunk) or by its lease (`lease(slot)`: when the last view made from the lease's array is
+gone). Views from `arrays()`, `region()` and `chunk()` are only meaningful while their slot is
+lent to the caller; a lease's views are valid for as long as they exist (closing the descriptor
+never unmaps: the mapping outlives every view).
 
 Every view holds a buffer export of the mapping (`np.frombuffer`; `np.ndarray(buffer=)` keeps
 none), so `close()` never unmaps memory a view still points to: the mapping then lives until the
-last view is gone.
+last view is gone, whatever happened to the run, its files and its workers meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections import deque
@@ -45,6 +48,7 @@ class Ring:
         self.map, self.fd = create_shared_memory(name, slots * layout.slot_bytes)
         self._close_fd = weakref.finalize(self, os.close, self.fd)
         self.free: deque[int] = deque(range(slots))
+        self._leases: dict[int, weakref.ref] = {}  # slot -> weakref of its lease array, while leased
         self._plan_names = frozenset(f.name for f in layout.arrays if f.writer == PARENT)
         self._arrays: list[dict[str, np.ndarray]] | None = [
             {f.name: self._view(slot, *layout.array(f.name), layout.rows) for f in layout.arrays}
@@ -68,6 +72,22 @@ class Ring:
     def release(self, slot: int) -> None:
         """Return a lent slot; its bytes may be overwritten by the next task."""
         self.free.append(slot)
+
+    def lease(self, slot: int) -> np.ndarray:
+        """Lend `slot` to the consumer for as long as it reads it: a new uint8 array over the whole
+        slot (its own buffer export of the mapping). Derive every view handed out from it (numpy
+        views keep their base array; `torch.from_numpy` and DLPack capsules keep the array): the
+        slot returns to `free` when this array and everything made from it are gone — never
+        earlier, and with no lock (a weakref callback: a dict delete and a deque append)."""
+        lease = np.frombuffer(self.map, dtype=np.uint8, count=self.layout.slot_bytes,
+                              offset=self.layout.slot_offset(slot))
+        self._leases[slot] = weakref.ref(lease, functools.partial(_returned, self._leases, self.free, slot))
+        return lease
+
+    @property
+    def leased(self) -> int:
+        """Slots lent to the consumer through `lease()` and not returned yet."""
+        return len(self._leases)
 
     # -- views --------------------------------------------------------------------------------
 
@@ -108,3 +128,10 @@ class Ring:
             self.map.close()
         except BufferError:
             pass
+
+
+def _returned(leases: dict, free: deque, slot: int, ref: weakref.ref) -> None:
+    """Weakref callback of a lease: its array is gone, so the slot is free again."""
+    if leases.get(slot) is ref:
+        del leases[slot]
+        free.append(slot)

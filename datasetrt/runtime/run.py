@@ -127,14 +127,20 @@ class RunSpec:
 class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
-    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool]) -> None:
-        """Check the memory bound first; only then get (maybe start) the pool."""
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: RunShape | None = None,
+                 bound: MemoryBound | None = None) -> None:
+        """Check the memory bound first; only then get (maybe start) the pool. `shape` and its
+        `bound` default to the "records" ring of `RunShape.plan`."""
         self._closed = True  # until the pool has registered the run
         self.window = spec.window
         self.timeout_s = spec.timeout_s
         self.fallback = spec.fallback
-        self.shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
-        bound = MemoryBound(self.shape.slots, self.shape.slot_bytes, spec.num_workers)
+        self.num_workers = spec.num_workers
+        if shape is None:
+            shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
+            bound = MemoryBound(shape.slots, shape.slot_bytes, spec.num_workers)
+        self.shape = shape
+        self._end = self.window.length  # window positions [0, _end) are read
         bound.check(spec.memory_limit_bytes)
         self.pool = get_pool()
         self.ring: Ring | None = None
@@ -161,19 +167,30 @@ class ParallelRun:
         elif isinstance(msg, TaskDone):
             count = self._task_counts.pop(msg.task_id)
             self._done[msg.first] = (msg, count)
-            if 0 < msg.rows < count:
+            if 0 < msg.rows < count and self.shape.layout.kind == "records":
                 # The slot filled early (records decoded larger than planned): queue the rest at
                 # once, ahead of new ranges, so it is in flight before the consumer reaches it.
                 heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
 
+    def _wait_for(self, position: int) -> tuple[TaskDone, int]:
+        """Keep the ring's free slots working until the task starting at window `position` is
+        done; pop and return its (result, row count). Raises the run's first failure."""
+        self._submit()
+        while position not in self._done and self._failure is None:
+            self.pool.poll(self.timeout_s)
+            self._submit()
+        if self._failure is not None:
+            self._raise_failure(self._failure)
+        return self._done.pop(position)
+
     def _submit(self) -> None:
         ring = self.ring
-        while ring.free and (self._todo or self._next_first < self.window.length):
+        while ring.free and (self._todo or self._next_first < self._end):
             if self._todo:
                 first, count = heapq.heappop(self._todo)
             else:
                 first = self._next_first
-                count = min(self.shape.rows_per_task, self.window.length - first)
+                count = min(self.shape.rows_per_task, self._end - first)
                 self._next_first += count
             slot = ring.acquire()
             # The plan: population rows of window positions [first, first+count) and their
@@ -226,13 +243,7 @@ class ParallelRun:
                 if held is not None:
                     ring.release(held)
                     held = None
-                self._submit()
-                while position not in self._done and self._failure is None:
-                    self.pool.poll(self.timeout_s)
-                    self._submit()
-                if self._failure is not None:
-                    self._raise_failure(self._failure)
-                done, count = self._done.pop(position)
+                done, count = self._wait_for(position)
                 if done.rows == 0:
                     # The next record alone exceeds a slot: read it here, queue the rest.
                     ring.release(done.slot)

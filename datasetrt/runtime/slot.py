@@ -16,18 +16,27 @@ Who writes what (the protocol NOTE in runtime/protocol.py gives the order of eve
 arrays of `writer == WORKER` and every region are written by the worker before its TaskDone. A
 slot is touched by one worker between ReadTask and TaskDone and read by the parent only after.
 
-`layout.kind` names the worker code path that fills a slot of this layout (`worker.FILLERS`).
-Today there is one, "records": the gather kernel writes each record's embedded JSON and payload
-into the "data" region and their offsets/lengths (relative to that region) into the four
-result arrays. Another layout (say, a whole planned batch: payloads back to back in their final
-dense or ragged form in a "payload" region, embedded JSON in a "json" region) is a new
-`SlotLayout` constructor here plus one filler in the worker; the parent reads it through
-`Ring.arrays()` / `Ring.region()` by the same names.
+`layout.kind` names the worker code path that fills a slot of this layout (`worker.FILLERS`):
+  "records"  the gather kernel writes each record's embedded JSON and payload into the "data"
+             region and their offsets/lengths (relative to that region) into the four result
+             arrays (per-sample iteration; a task is any run of window positions);
+  "batch"    one task is one whole batch: the batch gather kernel writes the decoded payloads
+             back to back, in their final dense or ragged layout, from the start of the
+             64-byte-aligned "payload" region, and their n+1 byte offsets (int64, relative to
+             that region) into the "offsets" region; with `keep_json`, each record's embedded
+             JSON goes to the end of the payload region (stacked down) and its offset/length
+             into json_off/json_len. `payload` is the length rule every payload is checked
+             against (a dense spec's exact size, a ragged spec's unit). The parent hands the
+             consumer views of the slot (`Ring.lease`) and the slot stays out of circulation
+             until they are all gone.
+The parent reads a slot through `Ring.array()` / `Ring.region()` by the same names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from datasetrt.payloads import PayloadCheck
 
 PARENT = "parent"  # written by the parent: the task's plan, before the ReadTask
 WORKER = "worker"  # written by the worker: results, before the TaskDone
@@ -67,6 +76,18 @@ RECORD_ARRAYS = (
 )
 RECORD_REGIONS = (SlotRegion("data"),)
 
+# The "batch" layout: one planned batch in its final layout.
+BATCH_ARRAYS = (
+    SlotArray("cache_pos", "q", PARENT),  # the plan, as in "records"
+    SlotArray("sample_id", "Q", PARENT),
+    SlotArray("row", "q", PARENT),
+)
+BATCH_JSON_ARRAYS = (
+    SlotArray("json_off", "q", WORKER),   # keep_json only: row i's embedded JSON, relative to "payload"
+    SlotArray("json_len", "q", WORKER),
+)
+PAYLOAD_ALIGN = 64  # a cache line: typed arrays of any dtype start aligned (SIMD loads, DLPack consumers)
+
 
 @dataclass(frozen=True, slots=True)
 class SlotLayout:
@@ -81,6 +102,8 @@ class SlotLayout:
     slot_bytes: int
     arrays: tuple[SlotArray, ...]
     regions: tuple[SlotRegion, ...]
+    payload: PayloadCheck | None = None  # "batch": the length rule of every payload
+    keep_json: bool = False  # "batch": embedded JSON kept (validate_cache compares it)
 
     @classmethod
     def records(cls, rows: int, data_bytes: int) -> SlotLayout:
@@ -88,6 +111,16 @@ class SlotLayout:
         (the slot is rounded up to whole pages; the "data" region gets the rounding too)."""
         header = len(RECORD_ARRAYS) * ENTRY_BYTES * rows
         return cls("records", rows, _pages(header + data_bytes), RECORD_ARRAYS, RECORD_REGIONS)
+
+    @classmethod
+    def batch(cls, rows: int, payload_bytes: int, payload: PayloadCheck, keep_json: bool = False) -> SlotLayout:
+        """Slots for one batch of `rows` records whose payloads (plus, with `keep_json`, their
+        embedded JSON) need `payload_bytes` (the "payload" region gets the page rounding too;
+        uncompressed records are read in place, so size it for whole stored records)."""
+        arrays = BATCH_ARRAYS + (BATCH_JSON_ARRAYS if keep_json else ())
+        regions = (SlotRegion("offsets", (rows + 1) * ENTRY_BYTES), SlotRegion("payload", align=PAYLOAD_ALIGN))
+        fixed = len(arrays) * ENTRY_BYTES * rows + (rows + 1) * ENTRY_BYTES + PAYLOAD_ALIGN
+        return cls("batch", rows, _pages(fixed + payload_bytes), arrays, regions, payload, keep_json)
 
     @property
     def header_bytes(self) -> int:

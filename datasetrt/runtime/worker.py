@@ -108,8 +108,28 @@ def _fill_records(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, 
     return rows, need
 
 
+_NO_JSON = memoryview(bytearray()).cast("q")  # empty JSON spans: the batch gather drops the JSON
+
+
+def _fill_batch(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, int]:
+    """Fill a "batch" slot: gather the planned rows' payloads back to back, in their final
+    layout, into the "payload" region and their byte offsets into the "offsets" region (and,
+    with `keep_json`, the embedded JSON at the region's end). Partial (rows < count) only when
+    the payloads outgrow the region; the parent then reads the batch itself."""
+    layout = slot.layout
+    json = (slot.array("json_off", count), slot.array("json_len", count)) if layout.keep_json else (_NO_JSON, _NO_JSON)
+    offsets = slot.region("offsets")[: (count + 1) * 8].cast("q")
+    try:
+        rows, _payload_bytes, _json_bottom, need = reader.gather_batch_into(
+            slot.array("cache_pos", count), slot.array("sample_id", count), slot.region("payload"), offsets,
+            *json, layout.payload)
+    finally:
+        offsets.release()
+    return rows, need
+
+
 # How a worker fills a slot, by `SlotLayout.kind` (runtime/slot.py): one code path per layout.
-FILLERS = {"records": _fill_records}
+FILLERS = {"records": _fill_records, "batch": _fill_batch}
 
 
 def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:

@@ -8,6 +8,7 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -89,6 +90,53 @@ def test_read_window_can_toggle_the_embedded_metadata_check(paths):
     window = ds.peek_window()
     plain = [key(s) for s in ds.read_window(window, in_process=True)]
     assert [key(s) for s in ds.read_window(window, in_process=True, check_embedded=True)] == plain
+
+
+class Buffers:
+    """`read_window_batches(buffers=)`: hands out its own arrays and remembers them."""
+
+    def __init__(self):
+        self.handed = []
+
+    def take(self, nbytes):
+        self.handed.append(np.zeros(nbytes + 5, dtype=np.uint8))
+        return self.handed[-1]
+
+
+def test_read_window_batches_in_process_through_the_runtime_and_into_given_buffers(paths):
+    with drt.DatasetRuntime(num_workers=2, start_method="fork") as rt:
+        ds = open_ds(paths, update=True, epoch_len=30, runtime=rt)
+        window = ds.peek_window()
+        samples = [key(s) for s in ds.read_window(window, in_process=True)]
+        backward = Reversed(window)
+        buffers = Buffers()
+        given = list(ds.read_window_batches(backward, 7, in_process=True, buffers=buffers))
+        assert rt.worker_pids == []  # in_process never starts the runtime's workers
+        assert [len(b) for b in given] == [7, 7, 7, 7, 2]
+        for batch in given:  # each batch's bytes live in one of the given buffers
+            assert any(np.shares_memory(batch.data, buf) for buf in buffers.handed)
+        rt.start_workers()
+        through = list(ds.read_window_batches(backward, 7))  # leased ring slots of the workers
+        for batches in (given, through):
+            got = [(int(b.cache_id[i]), int(b.sample_id[i]), bytes(b.payload(i))) for b in batches for i in range(len(b))]
+            assert got == [k[:3] for k in samples[::-1]]
+        assert list(ds.read_window_batches(window.sub(3, 0), 4)) == []
+        with pytest.raises(ConfigError, match="buffers= needs in_process=True"):
+            ds.read_window_batches(window, 4, buffers=buffers)
+
+
+def test_sample_columns_come_from_the_caches_own_tables(paths):
+    ds = open_ds(paths, update=True)  # the active table's order and weights do not matter here
+    cache_id = np.array([s.cache_id for s in ds.read_window(ds.peek_window(), in_process=True)], dtype=np.uint64)
+    sample_id = np.array([s.sample_id for s in ds.read_window(ds.peek_window(), in_process=True)], dtype=np.uint64)
+    cols = ds.sample_columns(cache_id, sample_id, ["index", "label"])
+    physical = {(int(c), int(s)): (i, lbl) for c, s, i, lbl in open_ds(paths).get_metadata().select(
+        "cache_id", "sample_id", "index", "label").iter_rows()}
+    assert [(int(i), lbl) for i, lbl in zip(cols["index"], cols["label"])] == [
+        physical[(int(c), int(s))] for c, s in zip(cache_id, sample_id)]
+    assert cols["index"].dtype.kind == "i" and cols["label"].dtype == object
+    with pytest.raises(ConfigError, match="no metadata column 'nope'"):
+        ds.sample_columns(cache_id, sample_id, ["nope"])
 
 
 # -- populations ----------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ LAYERS = {
     "datasetrt.records": 1,
     "datasetrt.codecs": 1,
     "datasetrt.payloads": 1,
+    "datasetrt.arrays": 1,
     "datasetrt._native": 1,
     "datasetrt.format": 2,
     "datasetrt.sources": 2,
@@ -34,6 +35,7 @@ LAYERS = {
     "datasetrt.sampling": 3,
     "datasetrt.runtime": 4,
     "datasetrt.dataset": 5,
+    "datasetrt.dataset_runtime": 5,  # DatasetRuntime: workers shared by writes and datasets
     "datasetrt.seam": 5,  # the value types of CachedDataset's integration seam
     "datasetrt.api": 5,
     "datasetrt": 5,  # the package root: lazy re-export of datasetrt.api
@@ -46,9 +48,11 @@ LAYERS = {
 }
 # Upward imports that are allowed, each lazy (inside a function) and for a stated reason.
 ALLOWED_UPWARD = {
-    # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader: the two public methods' thin
+    # CachedDataset.to_torch_iterable_dataset / to_torch_dataloader / to_torch_batches: the public methods' thin
     # forwarding into the torch package (its lazy exports); torch never loads with the core.
     ("datasetrt.dataset", "datasetrt.integrations.torch"),
+    # SampleBatch.to_torch: numpy views -> tensors (torch imports stay in integrations; issue 11).
+    ("datasetrt.records", "datasetrt.integrations.tensors"),
 }
 # The torch integration reaches the dataset through its integration seam only (docs/python-api.md,
 # "Integration seam"; `datasetrt.dataset` itself only under TYPE_CHECKING): from the rest of the
@@ -57,6 +61,7 @@ TORCH_PACKAGE = "datasetrt.integrations.torch"
 TORCH_MAY_IMPORT = {
     "datasetrt.errors", "datasetrt.config", "datasetrt.records", "datasetrt.seam",
     "datasetrt._native.draws",  # derive_seed: dataset-rt's per-rank/worker seed rule
+    "datasetrt.arrays",  # RaggedArrays and the pad check of SampleBatch.to_numpy (to_torch_batches)
 }
 TORCH_FREE = (f"{TORCH_PACKAGE}.plan", f"{TORCH_PACKAGE}.spawn", f"{TORCH_PACKAGE}.options")
 WORKER_ENTRY = "datasetrt.runtime.worker"

@@ -16,7 +16,9 @@ Modules (names are exported here lazily, so importing the package, or `plan`, ne
 - `base`: what both torch datasets share; `iterable`: `CachedIterableDataset`;
   `loader_dataset`: the loader's plan and `LoaderDataset`;
 - `options`: `to_torch_dataloader`'s checks and "auto" values; `loader`: `DatasetRTDataLoader`,
-  `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared.
+  `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared;
+- `batches`: `to_torch_batches`, the loader's plan read as whole typed batches (one dict of
+  tensors per item) gathered in the workers straight into shared-memory tensors.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ _EXPORTS = {
     "STATE_KIND": "loader", "STATE_VERSION": "loader", "LoaderDataset": "loader_dataset",
     "capture_replica": "distributed", "Replica": "distributed", "available_cpus": "options",
     "LOGGER_NAME": "options", "MAX_SAMPLE_BUDGET": "options", "rank_count": "plan", "rank_share": "plan",
-    "RankShare": "plan", "LoaderStateError": None,
+    "RankShare": "plan", "LoaderStateError": None, "to_torch_batches": "batches", "DatasetRTBatchLoader": "batches",
+    "BatchLoaderDataset": "batches",
 }
 _TORCH_FREE = {"plan", "options", None}
 MISSING_TORCH = ("CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "

@@ -14,7 +14,7 @@ import os
 import secrets
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, get_worker_info
@@ -25,7 +25,7 @@ from datasetrt.integrations.torch import distributed
 from datasetrt.integrations.torch.base import _check_identity, _with_order
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
-    MAX_SAMPLE_BUDGET, _loader_event, check_arguments, check_collate_picklable, worker_settings,
+    MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, check_collate_picklable, worker_settings,
 )
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
 
@@ -217,21 +217,69 @@ def to_torch_dataloader(
         native_num_workers=native_num_workers, multiprocessing_context=multiprocessing_context,
         prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, verbose=verbose,
         dataloader_kwargs=dataloader_kwargs)
+    built = _plan_loader(
+        dataset, "to_torch_dataloader", shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch,
+        partition=worker_partition, batch_size=batch_size, drop_last=drop_last, work_dir=work_dir,
+        worker_args={"num_workers": num_workers, "native_num_workers": native_num_workers, "timeout": timeout,
+                     "persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor,
+                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": sample_transform_fn},
+        collate_fn=collate_fn)
+    plan, spec, settings, worker_seeds = built.plan, built.spec, built.settings, built.worker_seeds
+    processes, prefetch, context = settings.processes, settings.prefetch, settings.context
+    rank, world, share, partition = spec.rank, spec.world, built.share, built.partition
+    adapter = LoaderDataset(dataset, plan, spec, sample_transform_fn, worker_seeds, built.work)
+    loader = DatasetRTDataLoader(
+        adapter, batch_size=batch_size, num_workers=processes, collate_fn=collate_fn, drop_last=drop_last,
+        pin_memory=pin_memory, timeout=timeout, multiprocessing_context=context, worker_init_fn=worker_init_fn,
+        prefetch_factor=prefetch, persistent_workers=settings.persistent, **extra,
+    )
+    loader._setup_resume(plan, built.explicit_seed, partition, share)
+    if verbose:
+        seeds = ",".join(f"{w}:{s}" for w, s in enumerate(worker_seeds))
+        _loader_event(
+            f"event=loader_ready pid={os.getpid()} rank={rank} seed={plan.common_seed} worker_seeds={seeds} "
+            f"num_workers={processes} native_threads_per_consumer={settings.threads} partition={partition} "
+            f"persistent={settings.persistent} prefetch_factor={prefetch if prefetch is not None else 'disabled'} "
+            f"samples={share.requested} samples_per_rank={share.per_rank} batch_size={batch_size} world_size={world} "
+            f"padded={share.padded} dropped={share.discarded} shuffle={shuffle} "
+            f"multiprocessing_context={context.get_start_method() if context is not None else 'disabled'}"
+        )
+    return loader
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A loader's plan and pass spec as `_plan_loader` fixed them, with what the DataLoader and
+    its resume need: the resolved worker settings, per-worker seeds, the rank share, work dir."""
+
+    plan: _LoaderPlan
+    spec: _Spec
+    settings: WorkerSettings
+    worker_seeds: tuple[int, ...]
+    share: RankShare
+    partition: str
+    explicit_seed: bool
+    work: str | None
+
+
+def _plan_loader(dataset: CachedDataset, what: str, *, shuffle: bool, seed: int | str, samples_per_epoch: int | None,
+                 partition: str | None, batch_size: int, drop_last: bool, work_dir: Any,
+                 worker_args: dict, collate_fn: Callable | None = None) -> _Built:
+    """The sampling plan of a loader over `dataset` (arguments already checked by
+    `check_arguments`), in this rank's topology: worker settings, the rank share and its warning,
+    the common seed (agreed with rank 0 under a process group: a collective call) and the pass
+    spec. `what` names the calling method in messages. Shared by `to_torch_dataloader` and
+    `to_torch_batches`, so the same arguments give the same plan."""
     explicit_seed = type(seed) is int
     if get_worker_info() is not None:
-        raise LoaderStateError("to_torch_dataloader must run before DataLoader workers start")
+        raise LoaderStateError(f"{what} must run before DataLoader workers start")
     replica = distributed.capture_replica()
     rank, world = replica.rank, replica.world_size
     if shuffle and not explicit_seed and world > 1 and not replica.group:
         raise ConfigError(f"seed='random' with WORLD_SIZE={world} needs an initialised torch.distributed process "
                           f"group to share rank 0's seed; pass an explicit seed (the same on every rank)")
-    settings = worker_settings(
-        num_workers=num_workers, native_num_workers=native_num_workers, timeout=timeout,
-        persistent_workers=persistent_workers, prefetch_factor=prefetch_factor,
-        multiprocessing_context=multiprocessing_context, sample_transform_fn=sample_transform_fn,
-        local_world_size=replica.local_world_size)
-    processes, prefetch, context = settings.processes, settings.prefetch, settings.context
-    check_collate_picklable(collate_fn, context)
+    settings = worker_settings(**worker_args, local_world_size=replica.local_world_size)
+    check_collate_picklable(collate_fn, settings.context)
 
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:
@@ -239,13 +287,13 @@ def to_torch_dataloader(
     share = rank_share(budget, world, batch_size, drop_last)
     count = rank_count(budget, 1, batch_size, drop_last)  # global plan positions per pass, any world size
     if rank == 0 and share.message is not None:
-        warnings.warn(share.message, UserWarning, stacklevel=3)
+        warnings.warn(share.message, UserWarning, stacklevel=4)
     work = None
     if work_dir is not None:
         from pydantic import DirectoryPath, TypeAdapter
 
         work = str(TypeAdapter(DirectoryPath).validate_python(work_dir))
-    partition = worker_partition or ("replicate" if shuffle else "split")
+    partition = partition or ("replicate" if shuffle else "split")
 
     plan = _LoaderPlan(dataset, shuffle=shuffle, common_seed=None, partition=partition, budget=budget,
                        count=count, batch_size=batch_size, drop_last=drop_last)
@@ -256,24 +304,7 @@ def to_torch_dataloader(
                        "drop_last": drop_last, "seed": seed}
         common = distributed._agree(replica, fingerprint, common)
     plan.common_seed = common
-    consumers = max(1, processes)
+    consumers = max(1, settings.processes)
     worker_seeds = tuple(derive_seed(common, rank, w) for w in range(consumers)) if shuffle else (0,) * consumers
     spec = _Spec(shuffle, plan.plan_seed, count, batch_size, drop_last, rank, world)
-    adapter = LoaderDataset(dataset, plan, spec, sample_transform_fn, worker_seeds, work)
-    loader = DatasetRTDataLoader(
-        adapter, batch_size=batch_size, num_workers=processes, collate_fn=collate_fn, drop_last=drop_last,
-        pin_memory=pin_memory, timeout=timeout, multiprocessing_context=context, worker_init_fn=worker_init_fn,
-        prefetch_factor=prefetch, persistent_workers=settings.persistent, **extra,
-    )
-    loader._setup_resume(plan, explicit_seed, partition, share)
-    if verbose:
-        seeds = ",".join(f"{w}:{s}" for w, s in enumerate(worker_seeds))
-        _loader_event(
-            f"event=loader_ready pid={os.getpid()} rank={rank} seed={common} worker_seeds={seeds} "
-            f"num_workers={processes} native_threads_per_consumer={settings.threads} partition={partition} "
-            f"persistent={settings.persistent} prefetch_factor={prefetch if prefetch is not None else 'disabled'} "
-            f"samples={budget} samples_per_rank={share.per_rank} batch_size={batch_size} world_size={world} "
-            f"padded={share.padded} dropped={share.discarded} shuffle={shuffle} "
-            f"multiprocessing_context={context.get_start_method() if context is not None else 'disabled'}"
-        )
-    return loader
+    return _Built(plan, spec, settings, worker_seeds, share, partition, explicit_seed, work)

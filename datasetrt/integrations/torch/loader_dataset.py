@@ -19,7 +19,7 @@ from datasetrt._native.draws import derive_seed
 from datasetrt.errors import CacheFormatError
 from datasetrt.integrations.torch.base import _caches_digest, _digest, _PlanDataset, _worker_identity
 from datasetrt.integrations.torch.plan import _Share, _Spec
-from datasetrt.integrations.torch.spawn import _Recipe
+from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe
 
 if TYPE_CHECKING:
     from datasetrt.dataset import CachedDataset
@@ -137,6 +137,20 @@ class LoaderDataset(_PlanDataset):
         self._pass = (epoch, rows)
 
     def __iter__(self) -> Iterator[Any]:
+        where = self._pass_here()
+        if where is None:
+            return iter(())
+        window, reader = where
+        if reader is None:
+            return self._dataset.read_window(window, self.sample_transform_fn)
+        return reader.read(window, self.sample_transform_fn)
+
+    def _pass_here(self) -> tuple[Any, _PlanReader | None] | None:
+        """What this process reads of the pass it starts now: (window, None) in the main process
+        (read through the dataset: the rest of the pass, or this rank's share of it), (share,
+        reader) in DataLoader worker w of K (its share of the rank's batches, read in-process by
+        `reader`); None when this rank has nothing left in the pass. Every batch of `spec.batch`
+        consecutive positions of the returned window is one batch of the loader."""
         worker, workers, in_worker = _worker_identity()
         main = not in_worker and self._dataset is not None
         if main:
@@ -149,17 +163,15 @@ class LoaderDataset(_PlanDataset):
         spec = self._spec
         layout = spec.layout(rows)
         if layout.per_rank == 0:
-            return iter(())
-        transform = self.sample_transform_fn
+            return None
         if main:
-            ds = self._dataset
-            stream = _stream(ds, self._plan.freeze(), spec)
+            stream = _stream(self._dataset, self._plan.freeze(), spec)
             if spec.world == 1:  # the rest of the pass is one contiguous window
-                return ds.read_window(spec.pass_window(stream, epoch, rows), transform)
-            return ds.read_window(_Share(spec.pass_window(stream, epoch), layout=layout), transform)
+                return spec.pass_window(stream, epoch, rows), None
+            return _Share(spec.pass_window(stream, epoch), layout=layout), None
         reader = self._reader_here(self._plan.freeze() if self._dataset is not None else None)
         window = spec.pass_window(_stream(reader.ds, reader.population, spec), epoch)
-        return reader.read(_Share(window, worker, workers, layout=layout), transform)
+        return _Share(window, worker, workers, layout=layout), reader
 
     def __reduce__(self) -> Any:
         """Ship paths, config, the plan parameters and a snapshot path; never the table."""

@@ -124,9 +124,10 @@ class _PickleSink:
 
 def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float, persistent_workers: Any,
                     prefetch_factor: Any, multiprocessing_context: Any, sample_transform_fn: Callable | None,
-                    local_world_size: int) -> WorkerSettings:
+                    local_world_size: int, transform_name: str = "sample_transform_fn") -> WorkerSettings:
     """Resolve "auto" for `local_world_size` processes sharing this machine's CPUs, then the
-    checks that depend on the worker count (dataset-rt's order and messages)."""
+    checks that depend on the worker count (dataset-rt's order and messages; `transform_name`
+    names the transform argument in them)."""
     local = local_world_size
     cpus = available_cpus() if _is_auto(num_workers) or _is_auto(native_num_workers) else 1
     processes = min(4, max(0, cpus // local - 1)) if _is_auto(num_workers) else num_workers
@@ -156,7 +157,7 @@ def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float
         try:
             ForkingPickler(_PickleSink(), pickle.HIGHEST_PROTOCOL).dump(sample_transform_fn)
         except Exception as error:
-            raise ArgumentTypeError("sample_transform_fn must be picklable for multiprocess loading") from error
+            raise ArgumentTypeError(f"{transform_name} must be picklable for multiprocess loading") from error
     return WorkerSettings(processes, threads, persistent, prefetch, context)
 
 

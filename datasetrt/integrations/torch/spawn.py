@@ -77,6 +77,12 @@ class _PlanReader:
         """The samples of `window` (a worker's share), read in this process, transformed."""
         return self.ds.read_window(window, transform, in_process=True, check_embedded=self.check_embedded)
 
+    def read_batches(self, window: Any, batch_size: int, buffers: Any) -> Iterator[Any]:
+        """`window` (a worker's share) as SampleBatches of `batch_size`, gathered in this process
+        into `buffers`' arrays (`CachedDataset.read_window_batches`), without metadata tables."""
+        return self.ds.read_window_batches(window, batch_size, with_metadata=False, in_process=True,
+                                           check_embedded=self.check_embedded, buffers=buffers)
+
 
 class _TempDir:
     """A temp dir owned by one wrapper in one process: removed when the wrapper is garbage

@@ -16,6 +16,7 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.format.reader import CacheHandle
+from datasetrt.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, default_limit
 from datasetrt.runtime.local import LocalReader
 from tests.conftest import ListSource, sample_items, writer_config
@@ -129,6 +130,36 @@ def test_a_block_wider_than_the_budget_is_read_whole_and_in_order(handles):
     assert got == payloads(reference.read_chunk(cache_pos, sample_id))
     widest = max(len(h.manifest.shards) for h in handles)
     assert budget.open_count <= max(3, widest)
+    reader.close()
+    reference.close()
+
+
+@pytest.mark.parametrize("keep_json", [False, True])
+def test_a_batch_wider_than_the_budget_is_gathered_block_after_block_in_its_final_layout(handles, keep_json):
+    """The batch gather continues each budget-cut block where the last one stopped: one call
+    returns the whole batch, payloads back to back, JSON (when kept) stacked from the end."""
+    budget = DescriptorBudget(limit=3)
+    reader = LocalReader(handles, budget=budget)
+    reference = LocalReader(handles, budget=DescriptorBudget(limit=1000))
+    order = np.random.default_rng(6).permutation(CACHES * ROWS)
+    cache_pos, sample_id = (np.ascontiguousarray(np.asarray(a)[order]) for a in rows_of(*range(CACHES)))
+    n = len(cache_pos)
+    chunk = reference.read_chunk(cache_pos, sample_id)
+    out = np.zeros(1 << 16, dtype=np.uint8)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    json_off, json_len = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if keep_json else \
+        (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    done, end, bottom, need = reader.gather_batch_into(cache_pos, sample_id, out, offsets, json_off, json_len,
+                                                       PayloadCheck())
+    assert (done, need) == (n, 0) and offsets[0] == 0 and end == offsets[-1] == sum(chunk.data_len)
+    assert [bytes(out[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == payloads(chunk)
+    if keep_json:
+        assert bottom == len(out) - sum(chunk.json_len)
+        assert [bytes(out[o:o + k]) for o, k in zip(json_off, json_len)] == [
+            bytes(chunk.data[o:o + k]) for o, k in zip(chunk.json_off, chunk.json_len)]
+    else:
+        assert bottom == len(out)
+    assert budget.open_count <= max(3, max(len(h.manifest.shards) for h in handles))
     reader.close()
     reference.close()
 

@@ -1,0 +1,175 @@
+"""`DatasetRuntime`: the workers shared by every write and dataset built through it — compression
+threads for writes, reader worker processes for parallel reads — and the write entry points.
+
+Boundary: orchestration over format/ (the writer, imported lazily: it imports pyarrow) and
+runtime/ (the worker pool); a `CachedDataset` reaches the pool through `_running_pool()` and
+never imports this module (the dataset takes its runtime as a parameter).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.dataset import CachedDataset
+from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
+from datasetrt.format.progress import WriteProgress
+from datasetrt.format.reader import CacheHandle, common_payload_spec
+from datasetrt.records import CacheSourcesDatasetError, CacheSourcesDatasetSuccess, CacheWriteSuccess
+from datasetrt.runtime.pool import WorkerPool
+
+
+class DatasetRuntime:
+    """Owns the workers shared by every write and dataset built through it.
+
+    `num_workers` threads compress during writes (the native codecs release the GIL).
+    """
+
+    __slots__ = ("_num_workers", "_writer_threads", "_worker_pool", "_start_method", "parallel_reads", "__weakref__")
+
+    def __init__(self, *, num_workers: int, start_method: str | None = None, parallel_reads: bool = True) -> None:
+        if isinstance(num_workers, float) or not isinstance(num_workers, int):
+            raise ArgumentTypeError(f"num_workers must be an integer, got {type(num_workers).__name__}")
+        if num_workers < 0:
+            raise ArgumentOverflowError("can't convert negative int to unsigned (num_workers)")
+        if num_workers == 0:
+            raise ConfigError("num_workers must be greater than zero")
+        if start_method is not None and start_method not in ("fork", "spawn"):
+            raise ConfigError(f"start_method must be 'fork' or 'spawn', got {start_method!r}")
+        self._num_workers = int(num_workers)
+        self._writer_threads: ThreadPoolExecutor | None = None  # compression threads of writes
+        self._worker_pool: WorkerPool | None = None  # reader worker processes of parallel reads
+        self._start_method = start_method
+        self.parallel_reads = bool(parallel_reads)
+
+    def _running_pool(self) -> WorkerPool:
+        """The reader worker processes, launched at first use (a run reads in-process until one
+        is ready) and relaunched after a crash."""
+        if self._worker_pool is None or self._worker_pool.closed:
+            pool = WorkerPool(self._num_workers, self._start_method)
+            pool.launch()
+            self._worker_pool = pool
+        return self._worker_pool
+
+    def start_workers(self) -> list[int]:
+        """Start the reader workers now and wait until each reports ready; returns their pids.
+
+        Optional: without it they start at the first parallel read, which reads in-process until
+        one is ready (same samples either way). Useful before timing a loop, or to fail early.
+        """
+        pool = self._running_pool()
+        while not pool.all_ready:
+            pool.check_startup()
+            pool.poll(1.0, what="worker start-up", idle_ok=True)
+        return pool.pids
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """PIDs of the running reader workers (empty before the first parallel read)."""
+        return [] if self._worker_pool is None or self._worker_pool.closed else self._worker_pool.pids
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    def _compression_threads(self) -> ThreadPoolExecutor | None:
+        if self._num_workers < 2:
+            return None
+        if self._writer_threads is None:
+            self._writer_threads = ThreadPoolExecutor(max_workers=self._num_workers, thread_name_prefix="datasetrt-writer")
+        return self._writer_threads
+
+    def close(self) -> None:
+        """Stop the writer threads and the reader processes (idempotent)."""
+        if self._writer_threads is not None:
+            self._writer_threads.shutdown(wait=True)
+            self._writer_threads = None
+        if self._worker_pool is not None:
+            self._worker_pool.close()
+            self._worker_pool = None
+
+    def __enter__(self) -> DatasetRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        threads = getattr(self, "_writer_threads", None)
+        if threads is not None:
+            threads.shutdown(wait=False)
+        pool = getattr(self, "_worker_pool", None)
+        if pool is not None:
+            pool.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle 'DatasetRuntime' object")
+
+    def write_cache(self, sources: Any, path: str | os.PathLike, *,
+                    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> list:
+        """Write one source or a list of sources under `path`; one result per source, in order."""
+        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
+
+    def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
+               reader_config: ReaderConfig | None) -> list:
+        from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
+
+        if not isinstance(writer_config, WriterConfig):
+            raise ArgumentTypeError(f"writer_config must be a WriterConfig, got {type(writer_config).__name__}")
+        comp = writer_config.shard_compression
+        if comp.algo == "none" and comp.ratio != 1.0:
+            raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
+        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
+        progress = WriteProgress(items) if writer_config.show_progress and items else None
+        start = time.perf_counter_ns()
+        profiles: list = []
+        check = _reuse_checker(writer_config) if reuse_existing else None
+        try:
+            results, _ = write_sources(items, Path(path), writer_config, pool=self._compression_threads(),
+                                       progress=progress, reuse_existing=reuse_existing, check_reused=check,
+                                       profiles=profiles)
+        finally:
+            if progress is not None:
+                progress.close()
+            if writer_config.profiler.enabled:
+                write_profile(writer_config.profiler.path, time.perf_counter_ns() - start, profiles)
+        return results
+
+    def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
+        return CachedDataset(paths, reader_config=reader_config, runtime=self)
+
+    def from_cache_sources(self, sources: Any, path: str | os.PathLike, *, reader_config: ReaderConfig,
+                           writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> Any:
+        """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
+        items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
+        if not items:
+            return CacheSourcesDatasetError([], "no cache sources were provided")
+        results = self._write(items, path, writer_config, reuse_existing=True, reader_config=reader_config)
+        ok = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
+        if not ok:
+            detail = "; ".join(f"{r.source_name}: {r.message}" for r in results)
+            return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
+        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
+
+
+def _reuse_checker(writer_config: WriterConfig):
+    def check(name: str, path: Path) -> str | None:
+        try:
+            handle = CacheHandle.open(path)
+            if handle.manifest.source_name != name:
+                return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
+            spec, existing = writer_config.payload_spec, common_payload_spec([handle])
+            if spec is not None and existing != spec:
+                return f"existing cache at {path} has payload spec {existing if existing else 'none'}, not {spec}"
+            if writer_config.validate_cache:
+                handle.validate_deep()
+        except DatasetRTError as exc:
+            return str(exc)
+        return None
+
+    return check

@@ -1,0 +1,215 @@
+"""`CachedDataset.to_torch_batches`: a torch DataLoader whose items are whole typed batches (a
+dict of tensors each), read by its workers straight into shared-memory tensors.
+
+Boundary: torch's `DataLoader` and shared storages. The plan, rank layout, worker shares, spawn
+recipes and resume are the loader's (loader.py, loader_dataset.py, plan.py, spawn.py: the same
+arguments give the same plan as `to_torch_dataloader`, so the same samples in the same batches);
+the dataset is reached only through its integration seam (`read_window_batches`,
+`sample_columns`); the typed views are `SampleBatch.to_numpy`'s. No byte layout is known here.
+
+One item per batch: torch runs with `batch_size=None` (no collate). DataLoader worker w of K
+reads the rank's batches w, w+K, ... (`_Share`); torch takes workers round-robin, so the batches
+come out in plan order for any K. Each batch is gathered in the worker, in its final layout, into
+a fresh `torch.UntypedStorage._new_shared` storage (`SharedBuffers`), and the tensors returned
+are views of that storage: torch's worker->main transfer passes its file descriptor, not the
+bytes (a `length=` projection is a new array, which torch copies into shared memory once).
+Without DataLoader workers the main process reads through the dataset as `iter_batches` does (its
+runtime's reader processes and leased ring slots, when it has them); the tensors are then views
+of the leased slot, which returns to the ring when they are gone.
+
+An item: "payload" (dense spec, or ragged with `length`: `[n, *shape]` of the spec's dtype) or
+"values" / "offsets" / "shapes" (ragged, `RaggedArrays`' meaning; untyped caches read as ragged
+uint8), "cache_id" and "sample_id" (uint64 `[n]`), and each requested metadata column of the
+caches' own tables (a tensor for numbers and booleans, else a list). `batch_transform(item)`
+runs on each item where it is read (in the worker).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from datasetrt.arrays import RaggedArrays, pad_item
+from datasetrt.errors import ArgumentTypeError, ConfigError
+from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _plan_loader
+from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
+from datasetrt.integrations.torch.options import check_arguments
+from datasetrt.integrations.torch.plan import _Spec
+from datasetrt.integrations.torch.spawn import _Recipe
+
+if TYPE_CHECKING:
+    from datasetrt.dataset import CachedDataset
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """How a batch becomes an item: `length` / `pad` (project the ragged dim; None: no
+    projection) and the metadata `columns` to add. Small and picklable (spawn ships it)."""
+
+    length: int | None
+    pad: Any
+    columns: tuple[str, ...]
+
+
+class SharedBuffers:
+    """Batch buffers in torch shared memory, for `read_window_batches(..., buffers=)`: `take(n)`
+    returns a uint8 numpy view of a fresh shared storage of n bytes (never recycled: the storage
+    travels to the main process), and `tensor(array)` gives an array inside one of the last
+    buffers handed out as a tensor view of that storage (else `torch.from_numpy`)."""
+
+    KEEP = 2  # a batch may take a second, larger buffer when its first one was too small
+
+    def __init__(self) -> None:
+        self._handed: list[tuple[torch.Tensor, int, int]] = []  # (uint8 tensor, address, bytes)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        storage = torch.UntypedStorage._new_shared(max(nbytes, 1))
+        tensor = torch.empty(0, dtype=torch.uint8).set_(storage)[:nbytes]
+        self._handed = [(tensor, storage.data_ptr(), nbytes), *self._handed][: self.KEEP]
+        return tensor.numpy()
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        """`array` (C-contiguous) as a tensor over the same memory: a view of the shared storage
+        holding it, or `torch.from_numpy` for memory of its own."""
+        address, nbytes = array.__array_interface__["data"][0], array.nbytes
+        if array.flags.c_contiguous:
+            for tensor, base, size in self._handed:
+                if base <= address and address + nbytes <= base + size:
+                    start = address - base
+                    dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
+                    return tensor[start:start + nbytes].view(dtype).reshape(array.shape)
+        return torch.from_numpy(array)
+
+
+def _item(batch: Any, ds: CachedDataset, typed: _Typed, as_tensor: Callable, transform: Callable | None) -> Any:
+    """A `SampleBatch` as the loader's dict of tensors (views of its memory, via `as_tensor`),
+    then released (the tensors keep what they need), then `transform`ed."""
+    arrays = batch.to_numpy(typed.length, typed.pad)
+    item: dict[str, Any] = {}
+    if isinstance(arrays, RaggedArrays):
+        item["values"] = as_tensor(arrays.values)
+        item["offsets"], item["shapes"] = torch.from_numpy(arrays.offsets), torch.from_numpy(arrays.shapes)
+    else:
+        item["payload"] = as_tensor(arrays)
+    # .view: ids read out of a ring slot are numpy's ulonglong, which torch.from_numpy refuses
+    item["cache_id"] = torch.from_numpy(batch.cache_id.view(np.uint64))
+    item["sample_id"] = torch.from_numpy(batch.sample_id.view(np.uint64))
+    if typed.columns:
+        for name, values in ds.sample_columns(batch.cache_id, batch.sample_id, typed.columns).items():
+            if values.dtype.kind not in "biuf":
+                item[name] = values.tolist()
+            else:  # zero-copy Arrow arrays are read-only; torch tensors are writable (n values: cheap)
+                item[name] = torch.from_numpy(values if values.flags.writeable else values.copy())
+    batch.release()
+    return item if transform is None else transform(item)
+
+
+class BatchLoaderDataset(LoaderDataset):
+    """`loader.dataset` of `to_torch_batches`: `LoaderDataset`'s plan, layout and passes, read as
+    whole batches; `len()` is this rank's batches per pass."""
+
+    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
+                 worker_seeds: tuple[int, ...], work_dir: str | None, typed: _Typed) -> None:
+        super().__init__(dataset, plan, spec, transform, worker_seeds, work_dir)
+        self.typed = typed
+
+    def __len__(self) -> int:
+        return self._spec.layout().batches
+
+    def __iter__(self) -> Iterator[Any]:
+        where = self._pass_here()
+        if where is None:
+            return iter(())
+        window, reader = where
+        if reader is None:  # main process: the dataset's own batch path (ring slots, if it has workers)
+            ds, as_tensor = self._dataset, torch.from_numpy
+            batches = ds.read_window_batches(window, self._spec.batch, with_metadata=False)
+        else:
+            buffers = SharedBuffers()
+            ds, as_tensor = reader.ds, buffers.tensor
+            batches = reader.read_batches(window, self._spec.batch, buffers)
+        # `map`: no frame here keeps an item once it is handed to torch
+        return map(functools.partial(_item, ds=ds, typed=self.typed, as_tensor=as_tensor,
+                                     transform=self.sample_transform_fn), batches)
+
+    def __reduce__(self) -> Any:
+        _rebuild, args = super().__reduce__()
+        return _rebuild_batch_dataset, (*args, self.typed)
+
+
+def _rebuild_batch_dataset(recipe: _Recipe | None, spec: _Spec, transform: Callable | None,
+                           worker_seeds: tuple[int, ...], pass_: tuple[int, int], typed: _Typed) -> BatchLoaderDataset:
+    obj = BatchLoaderDataset._rebuilt(recipe)
+    obj._init_passes(None, spec, transform, worker_seeds, pass_)
+    obj.typed = typed
+    return obj
+
+
+class DatasetRTBatchLoader(DatasetRTDataLoader):
+    """`to_torch_batches`' DataLoader: `DatasetRTDataLoader` (passes, ranks, `state_dict` /
+    `load_state_dict`) whose items are whole batches. One item is one batch of the same plan, so
+    its states are `to_torch_dataloader`'s: either loader resumes the other's state when built
+    with the same arguments."""
+
+    def _identity(self) -> dict:
+        # torch's own drop_last is False here (batch_size=None); the plan's is the loader's
+        return {**super()._identity(), "drop_last": self._plan.drop_last}
+
+
+def to_torch_batches(
+    dataset: CachedDataset, batch_size: int, *, shuffle: bool | None = None, seed: int | str = "random",
+    samples_per_epoch: int | None = None, columns: Sequence[str] = (), length: int | None = None, pad: Any = 0,
+    batch_transform: Callable | None = None, num_workers: int | str = "auto", drop_last: bool = False,
+    pin_memory: bool = False, timeout: float = 0, multiprocessing_context: Any = "spawn",
+    worker_init_fn: Callable | None = None, prefetch_factor: int | str = "auto",
+    persistent_workers: bool | str = "auto", work_dir: Any = None,
+) -> DatasetRTBatchLoader:
+    """`CachedDataset.to_torch_batches(batch_size, ...)` (docs/pytorch.md). `shuffle` defaults to
+    the dataset's `ReaderConfig.shuffle`; `seed`, `samples_per_epoch`, `num_workers`,
+    `drop_last`, `pin_memory`, `timeout`, `multiprocessing_context`, `worker_init_fn`,
+    `prefetch_factor`, `persistent_workers` and `work_dir` as in `to_torch_dataloader` (the
+    same plan for the same arguments: the same samples in the same batches, on every rank).
+    `columns`: metadata columns of the caches' tables to add; `length` / `pad`: project a ragged
+    spec's ragged dim to `length` (truncate / pad); `batch_transform(item) -> Any` runs on each
+    item in the worker (picklable for spawn). With an initialised process group of world_size >
+    1 this is a collective call, as `to_torch_dataloader`."""
+    if shuffle is None:
+        shuffle = dataset.reader_config.shuffle
+    check_arguments(
+        shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch, worker_partition=None,
+        batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, pin_memory=pin_memory, timeout=timeout,
+        native_num_workers="auto", multiprocessing_context=multiprocessing_context, prefetch_factor=prefetch_factor,
+        persistent_workers=persistent_workers, verbose=False, dataloader_kwargs=None)
+    if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+        raise ArgumentTypeError("columns must be a list of metadata column names")
+    spec = dataset.payload_spec
+    if length is not None:
+        if type(length) is not int or length < 0:
+            raise ConfigError(f"length must be an integer >= 0 or None, got {length!r}")
+        if spec is not None and spec.dense:
+            raise ConfigError(f"length= projects the ragged dim of a payload spec; {spec} is dense")
+        pad_item(pad, "uint8" if spec is None else spec.dtype)  # a bad pad fails here, not in a worker
+    if columns:  # a missing column fails here, not in a worker
+        empty = np.empty(0, dtype=np.uint64)
+        dataset.sample_columns(empty, empty, list(columns))
+    built = _plan_loader(
+        dataset, "to_torch_batches", shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch,
+        partition=None, batch_size=batch_size, drop_last=drop_last, work_dir=work_dir,
+        worker_args={"num_workers": num_workers, "native_num_workers": "auto", "timeout": timeout,
+                     "persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor,
+                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": batch_transform,
+                     "transform_name": "batch_transform"})
+    settings = built.settings
+    adapter = BatchLoaderDataset(dataset, built.plan, built.spec, batch_transform, built.worker_seeds, built.work,
+                                 _Typed(length, pad, tuple(columns)))
+    loader = DatasetRTBatchLoader(
+        adapter, batch_size=None, num_workers=settings.processes, pin_memory=pin_memory, timeout=timeout,
+        multiprocessing_context=settings.context, worker_init_fn=worker_init_fn, prefetch_factor=settings.prefetch,
+        persistent_workers=settings.persistent)
+    loader._setup_resume(built.plan, built.explicit_seed, built.partition, built.share)
+    return loader

@@ -1,0 +1,124 @@
+"""One parallel read as batches: one batch = one task = one ring slot, gathered by a reader worker
+in its final layout and leased to the consumer.
+
+Boundary: numpy arrays, the worker pool and the ring (runtime/run.py's `ParallelRun` machinery:
+submission, reorder, failures, close); no Polars, no Torch, no record types (`PackedBatch`es
+out; runtime/batches.py makes SampleBatches).
+
+Flow: the parent plans batch k (window positions [k*B, (k+1)*B)) into a free slot's header and
+sends one ReadTask; the worker gathers the whole batch into the slot's "payload" region (the
+"batch" layout, runtime/slot.py); when batch k is the next in window order, the parent yields
+it as views of the slot derived from `Ring.lease(slot)`. The slot returns to the ring when the
+last of those views (and everything made from them: arrays, tensors, DLPack capsules) is gone,
+at any time, even after this run closed (the mapping outlives every view).
+
+Ring exhaustion: at least `num_workers` slots always circulate (free or in flight), so the
+workers never starve and the run never blocks on the consumer: a batch that would leave fewer
+is delivered as a private copy (its slot returns at once). With `for b in it`, the consumer
+holds the previous batch while the next is fetched, so `RunShape` gives batch runs at least
+num_workers + 2 slots. A batch whose payloads outgrow its slot (compressed records decoding
+larger than planned) is read again by the parent into a private buffer. Both are counted in
+`copies`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from datasetrt.runtime.local import BatchShape, BufferPool, PackedBatch, local_batches, read_packed
+from datasetrt.runtime.memory import MemoryBound
+from datasetrt.runtime.pool import WorkerPool
+from datasetrt.runtime.protocol import TaskDone
+from datasetrt.runtime.run import RING_TARGET_BYTES, ParallelRun, RunShape, RunSpec
+from datasetrt.runtime.slot import SlotLayout
+
+STAGED_RUN_BYTES = 4 << 20  # the gather kernel's SPAN_MAX_BYTES: the most a worker stages at once
+
+
+def batch_ring(spec: RunSpec, shape: BatchShape) -> tuple[RunShape, MemoryBound]:
+    """The ring of a batch run and its memory bound. A slot holds one batch read in place
+    (`shape.buffer_bytes(batch_size)` of payload region); slots = max(num_workers + 2,
+    min(max(2 x num_workers + 2, ceil(prefetch_size / batch_size)), RING_TARGET_BYTES / slot)):
+    two tasks per worker and the consumer's two batches while small slots keep the ring in the
+    CPU caches, down to one task per worker for large batches (150 KiB x 256 records: 4 slots
+    of 38 MiB), whose tree PSS the ring dominates."""
+    rows = shape.batch_size
+    layout = SlotLayout.batch(rows, shape.buffer_bytes(rows), shape.check, shape.keep_json)
+    workers = spec.num_workers
+    wanted = max(2 * workers + 2, -(-spec.prefetch_size // rows))
+    slots = max(workers + 2, min(wanted, RING_TARGET_BYTES // layout.slot_bytes))
+    scratch = min(layout.slot_bytes, max(STAGED_RUN_BYTES, spec.max_record_bytes))
+    return RunShape(slots, layout), MemoryBound(slots, layout.slot_bytes, workers, slots - workers, scratch)
+
+
+class BatchRun(ParallelRun):
+    """Reads one window through the pool's workers as batches of `shape`; iterate it for
+    `PackedBatch`es in window order (leased views of ring slots, or private copies)."""
+
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape) -> None:
+        ring_shape, bound = batch_ring(spec, shape)
+        super().__init__(spec, get_pool, ring_shape, bound)
+        self.batch_shape = shape
+        self._end = shape.end(self.window.length)
+        self._buffers = BufferPool()
+        self.copies = 0  # batches delivered as private copies (ring exhausted, or outgrown slot)
+
+    def __iter__(self) -> Iterator[PackedBatch]:
+        position = 0
+        try:
+            # Head start, as ParallelRun: batches read here while no worker is ready yet.
+            if not self.pool.ready_workers():
+                head = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
+                for packed in head:
+                    position = packed.first + packed.rows
+                    yield packed
+                    if self.pool.ready_workers():
+                        break
+                    self.pool.check_startup()
+                head.close()
+                self._next_first = position
+            while position < self._end:
+                # (slots whose leases ended since the last batch go back to work first)
+                done, count = self._wait_for(position)
+                position += count
+                # Yielded without a local name: while suspended, this frame holds nothing of the
+                # batch, so the consumer's references alone decide when its slot returns.
+                yield self._delivered(done, position - count, count)
+        finally:
+            self.close()
+
+    def _delivered(self, done: TaskDone, first: int, count: int) -> PackedBatch:
+        """Batch [first, first+count) of slot `done.slot`: leased views, or a private copy."""
+        ring, slot = self.ring, done.slot
+        plan = ring.arrays(slot, count)
+        cache_pos, sample_id, row = plan["cache_pos"].copy(), plan["sample_id"].copy(), plan["row"].copy()
+        if done.rows < count:
+            # The payloads outgrew the slot: read the whole batch here instead.
+            ring.release(slot)
+            self.copies += 1
+            return read_packed(self.fallback, cache_pos, sample_id, row, first, self.batch_shape, self._buffers)
+        layout = ring.layout
+        if ring.leased + 1 > ring.slots - self.num_workers:
+            # Leasing this slot would leave fewer than num_workers circulating: a copy instead.
+            offsets = ring.region(slot, "offsets")[: 8 * (count + 1)].view(np.int64).copy()
+            json = self._json(plan, count)
+            end = int(offsets[count]) if json is None else len(ring.region(slot, "payload"))
+            data = ring.region(slot, "payload")[:end].copy()
+            ring.release(slot)
+            self.copies += 1
+            return PackedBatch(first, count, data, offsets, cache_pos, sample_id, row, True, *(json or (None, None)))
+        lease = ring.lease(slot)
+        off_at, _ = layout.region("offsets")
+        data_at, data_size = layout.region("payload")
+        offsets = lease[off_at: off_at + 8 * (count + 1)].view(np.int64)
+        json = self._json(plan, count)
+        return PackedBatch(first, count, lease[data_at: data_at + data_size], offsets, cache_pos, sample_id, row,
+                           False, *(json or (None, None)))
+
+    def _json(self, plan: dict, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Copies of json_off/json_len of a slot's batch (validate_cache runs), else None."""
+        if not self.batch_shape.keep_json:
+            return None
+        return plan["json_off"].copy(), plan["json_len"].copy()

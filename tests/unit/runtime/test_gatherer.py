@@ -1,0 +1,138 @@
+"""runtime/gatherer.py + the batch gather kernel: payloads back to back in their final layout,
+byte-identical to the record gather on every codec and order; embedded JSON kept or dropped;
+the payload spec's length rule; a buffer too small for in-place reads, or for the batch."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import datasetrt as drt
+from datasetrt.errors import CacheFormatError, ConfigError
+from datasetrt.format.reader import CacheHandle
+from datasetrt.payloads import PayloadCheck
+from datasetrt.runtime.local import LocalReader
+from tests.conftest import ListSource, sample_items, writer_config
+
+NO_JSON = np.empty(0, dtype=np.int64)
+
+
+def _write(tmp_path, name, items, algo="none", **kw):
+    with drt.DatasetRuntime(num_workers=1) as rt:
+        [res] = rt.write_cache([ListSource(name, items)], tmp_path / algo, writer_config=writer_config(algo, **kw))
+    assert isinstance(res, drt.CacheWriteSuccess), res
+    return res.path
+
+
+def _reader(*paths):
+    return LocalReader([CacheHandle.open(p) for p in paths])
+
+
+def _rows(ids, cache=0):
+    return np.full(len(ids), cache, dtype=np.int64), np.asarray(ids, dtype=np.uint64)
+
+
+def _records(reader, cache_pos, sample_id):
+    """(payloads, JSON texts) through the record gather, the reference."""
+    chunk = reader.read_chunk(cache_pos, sample_id)
+    data = chunk.data
+    payloads = [bytes(data[o:o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
+    texts = [bytes(data[o:o + n]) for o, n in zip(chunk.json_off, chunk.json_len)]
+    return payloads, texts
+
+
+def _batch(reader, cache_pos, sample_id, out_bytes, check=PayloadCheck(), keep_json=False):
+    n = len(cache_pos)
+    out = np.zeros(out_bytes, dtype=np.uint8)
+    offsets = np.full(n + 1, -1, dtype=np.int64)
+    json = (np.zeros(n, np.int64), np.zeros(n, np.int64)) if keep_json else (NO_JSON, NO_JSON)
+    result = reader.gather_batch_into(cache_pos, sample_id, out, offsets, *json, check)
+    return result, out, offsets, json
+
+
+@pytest.mark.parametrize("algo", ["none", "lz4", "zstd"])
+@pytest.mark.parametrize("order", ["ordered", "shuffled", "repeats"])
+@pytest.mark.parametrize("keep_json", [False, True])
+def test_batch_gather_equals_record_gather(tmp_path, algo, order, keep_json):
+    path = _write(tmp_path, "c", sample_items(120, seed=3), algo)
+    reader = _reader(path)
+    ids = {"ordered": np.arange(120), "shuffled": np.random.default_rng(1).permutation(120),
+           "repeats": np.array([5, 5, 6, 7, 7, 7, 0, 119, 118])}[order]
+    cache_pos, sample_id = _rows(ids)
+    want_payloads, want_json = _records(reader, cache_pos, sample_id)
+    total = sum(map(len, want_payloads)) + (sum(map(len, want_json)) if keep_json else 0)
+    (done, used, json_bottom, need), out, offsets, json = _batch(reader, cache_pos, sample_id, 40_000, keep_json=keep_json)
+    assert (done, need) == (len(ids), 0)
+    assert offsets[0] == 0 and used == offsets[-1] == sum(map(len, want_payloads))
+    assert bytes(out[:used]) == b"".join(want_payloads)  # back to back: the final layout
+    assert [bytes(out[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == want_payloads
+    if keep_json:
+        assert [bytes(out[o:o + n]) for o, n in zip(*json)] == want_json
+        assert json_bottom == len(out) - sum(map(len, want_json)) and used <= json_bottom
+        assert total <= len(out)
+    reader.close()
+
+
+@pytest.mark.parametrize("algo", ["none", "zstd"])
+def test_a_full_buffer_returns_the_rows_done_and_what_the_next_needs(tmp_path, algo):
+    items = [(bytes([i]) * 1000, {"i": i}) for i in range(10)]
+    reader = _reader(_write(tmp_path, "c", items, algo))
+    cache_pos, sample_id = _rows(range(10))
+    (done, used, _bottom, need), out, offsets, _ = _batch(reader, cache_pos, sample_id, 3500)
+    assert (done, used, need) == (3, 3000, 1000)
+    assert offsets[:4].tolist() == [0, 1000, 2000, 3000] and bytes(out[:3000]) == b"".join(d for d, _ in items[:3])
+    (done, *_), _, _, _ = _batch(reader, cache_pos, sample_id, 0)
+    assert done == 0
+    reader.close()
+
+
+def test_exact_buffer_reads_the_tail_records_through_scratch(tmp_path):
+    """A buffer of exactly the payload bytes: the last records do not fit in place (header and
+    JSON too), so they are staged; the bytes are the same."""
+    items = [(bytes(range(i, i + 64)), {"index": i, "pad": "x" * i}) for i in range(50)]
+    reader = _reader(_write(tmp_path, "c", items))
+    cache_pos, sample_id = _rows(range(50))
+    (done, used, _b, need), out, offsets, _ = _batch(reader, cache_pos, sample_id, 50 * 64, PayloadCheck(64, 0, "uint8[64]"))
+    assert (done, used, need) == (50, 3200, 0)
+    assert bytes(out) == b"".join(d for d, _ in items)
+    reader.close()
+
+
+@pytest.mark.parametrize("algo", ["none", "lz4"])
+def test_payloads_that_break_the_spec_are_typed_errors_naming_cache_sample_and_lengths(tmp_path, algo):
+    items = [(b"\0" * 8, {"i": 0}), (b"\0" * 8, {"i": 1}), (b"\0" * 12, {"i": 2})]
+    path = _write(tmp_path, "c", items, algo)
+    reader = _reader(path)
+    cache_pos, sample_id = _rows(range(3))
+    with pytest.raises(CacheFormatError, match=rf"payload of 12 bytes does not fit payload spec int32\[2\] "
+                                              rf"\(expected 8 bytes\): {re.escape(str(path))} sample 2"):
+        _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(8, 0, "int32[2]"))
+    with pytest.raises(CacheFormatError, match="payload of 12 bytes does not fit payload spec int64.None. "
+                                               r"\(expected a multiple of 8 bytes\).* sample 2"):
+        _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(-1, 8, "int64[None]"))
+    (done, *_), *_ = _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(-1, 4, "int32[None]"))
+    assert done == 3
+    reader.close()
+
+
+def test_the_kernel_refuses_too_few_offsets(tmp_path):
+    reader = _reader(_write(tmp_path, "c", sample_items(4)))
+    cache_pos, sample_id = _rows(range(4))
+    with pytest.raises(ConfigError, match="4 rows need 5 offsets"):
+        reader.gather_batch_into(cache_pos, sample_id, np.zeros(100, np.uint8), np.zeros(4, np.int64),
+                                 NO_JSON, NO_JSON, PayloadCheck())
+    reader.close()
+
+
+def test_two_caches_in_one_batch(tmp_path):
+    a = _write(tmp_path / "a", "a", sample_items(30, seed=1, tag="a"))
+    b = _write(tmp_path / "b", "b", sample_items(30, seed=2, tag="b"), "zstd")
+    reader = _reader(a, b)
+    cache_pos = np.array([0, 1, 1, 0, 0, 1], dtype=np.int64)
+    sample_id = np.array([3, 3, 4, 4, 5, 29], dtype=np.uint64)
+    want, _ = _records(reader, cache_pos, sample_id)
+    (done, used, _b, _n), out, offsets, _ = _batch(reader, cache_pos, sample_id, 10_000)
+    assert done == 6 and bytes(out[:used]) == b"".join(want)
+    reader.close()
