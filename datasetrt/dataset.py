@@ -16,6 +16,10 @@ Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
 `reserve_window`, `plan_window`, populations), read them (`read_window`) and keep the cursor
 (`cursor_state*`) through public methods, never this class's fields. Every window is built by
 `_window`, the one place that picks a planner.
+
+One module on purpose (~700 lines): every public method of `CachedDataset` is dataset-rt's API
+or its seam, and each reads or moves the same sampling state under the same lock; what does not
+need that state lives below it (runtime/, sampling/, table/) or beside it (dataset_runtime.py).
 """
 
 from __future__ import annotations
