@@ -58,9 +58,7 @@ from datasetrt.records import (
 from datasetrt.payloads import PayloadCheck
 from datasetrt.runtime.batch_run import BatchRun
 from datasetrt.runtime.batches import BatchMaker
-from datasetrt.runtime.local import (
-    READ_BLOCK_ROWS, BatchShape, BufferPool, Chunk, LocalReader, local_batches, local_chunks,
-)
+from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
 from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
@@ -428,17 +426,6 @@ class CachedDataset:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _batch_buffers(self) -> BufferPool:
-        """This thread's in-process batch buffers, kept across iterators: an epoch re-reads into
-        the last epoch's buffers instead of faulting in fresh ones (256 x 150 KiB records: two
-        37.5 MiB buffers). Holds at most `BufferPool.keep` buffers once idle."""
-        local = self._thread_readers
-        pool = getattr(local, "buffers", None)
-        if pool is None or getattr(local, "buffers_pid", None) != os.getpid():
-            pool = local.buffers = BufferPool()
-            local.buffers_pid = os.getpid()
-        return pool
-
     def _reader(self) -> LocalReader:
         """This thread's reader in this process (descriptors are never shared across forks)."""
         local = self._thread_readers
@@ -489,7 +476,8 @@ class CachedDataset:
                 yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
                 return
         else:
-            packed = local_batches(self._reader(), window, shape, buffers=buffers or self._batch_buffers())
+            reader = self._reader()
+            packed = local_batches(reader, window, shape, buffers=buffers or reader.batch_buffers)
         try:
             # `yield from map`: no frame here keeps a batch once it is handed out, so the
             # consumer's references alone decide when a leased ring slot returns.

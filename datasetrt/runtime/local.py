@@ -51,12 +51,17 @@ class Chunk:
 
 
 class LocalReader(Gatherer):
-    """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`)."""
+    """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`), and
+    the recycled buffers of in-process batches (`batch_buffers`)."""
 
     def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
                  budget: DescriptorBudget | None = None) -> None:
         super().__init__(handles, verify_records=verify_records, budget=budget)
         self._out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
+        # In-process batch buffers of this reader (one per thread and process, as the reader),
+        # kept across iterators: a new epoch gathers into the last one's buffers instead of
+        # faulting in fresh ones. Holds at most `BufferPool.keep` buffers once idle.
+        self.batch_buffers = BufferPool()
 
     def read_chunk(self, cache_pos: np.ndarray, sample_id: np.ndarray, *, first: int = 0,
                    row: np.ndarray | None = None, out: np.ndarray | None = None) -> Chunk:
