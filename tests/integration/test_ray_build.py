@@ -144,14 +144,18 @@ def test_rerun_keeps_checks_and_completes(cluster, tmp_path):
     base = tmp_path / "caches"
     columns = Columns("data", ["label"])
     first = write_caches(dataset(table, 250), base, rows_per_cache=250, columns=columns, writer_config=QUIET)
-    inodes = {p: (p / "manifest.json").stat().st_ino for p in first.paths}
+    def identity(p):  # inode numbers alone are reused by the filesystem for a rewritten file
+        st = (p / "manifest.json").stat()
+        return st.st_ino, st.st_mtime_ns
+
+    inodes = {p: identity(p) for p in first.paths}
     lost = first.paths[2]
     for f in sorted(lost.rglob("*"), reverse=True):
         f.rmdir() if f.is_dir() else f.unlink()
     lost.rmdir()
     again = write_caches(dataset(table, 250), base, rows_per_cache=250, columns=columns, writer_config=QUIET)
     assert again.paths == first.paths and again.build == first.build
-    assert [(p / "manifest.json").stat().st_ino == inodes[p] for p in again.paths] == [True, True, False, True]
+    assert [identity(p) == inodes[p] for p in again.paths] == [True, True, False, True]
     assert_same_as_local(again, table, 250, columns, tmp_path)
     # a foreign cache under a build's name is reported, not kept silently
     victim = again.paths[1]
