@@ -153,10 +153,12 @@ class SegmentedPlan:
         self._tables, self._draws = _stream_tables(names, streams, order, seed)
         self.stream_sizes = self._tables.per_epoch  # stream positions per stream epoch (int64)
         self._segments = self._chain(self._segment(0, 0, np.zeros(len(names), dtype=np.int64)))
+        self.revision = 0  # +1 at every advance() or load_state_dict(): rows planned before may be stale
 
     # -- segments -------------------------------------------------------------------------------
     # `_segments` is an immutable tuple from the plan's first reachable stage to its last, replaced
-    # as a whole by advance() and load_state_dict(): a reader holding the old tuple stays consistent.
+    # as a whole by advance() and load_state_dict() (which bump `revision`): a reader holding the
+    # old tuple stays consistent, and a reader that planned ahead compares revisions to re-plan.
 
     def _segment(self, stage: int, start: int, bases: np.ndarray, end: int | None = None) -> _Segment:
         """Segment of `stage` from `start` with `bases`; its natural end unless `end` is given."""
@@ -308,6 +310,7 @@ class SegmentedPlan:
             raise SamplingStateError("sampling state does not match this plan: its fingerprint differs (edited state)")
         segment, position = self._resume_point(state)
         self._segments = self._chain(segment)
+        self.revision += 1
         return position
 
     def _resume_point(self, state: Mapping[str, Any]) -> tuple[_Segment, int]:
