@@ -71,7 +71,7 @@ class _Draws:
 
     __slots__ = ("rows_of", "seed", "cum_scale")
 
-    def __init__(self, name: str, rows: np.ndarray, weights: np.ndarray | None, seed: int) -> None:
+    def __init__(self, name: str, rows: range | np.ndarray, weights: np.ndarray | None, seed: int) -> None:
         self.rows_of = rows
         self.seed = perm.stream_seed(seed, stream_label(name))
         self.cum_scale = None if weights is None or bool((weights == 1.0).all()) else draws.weighted_cumulative(weights)
@@ -81,11 +81,14 @@ class _Draws:
             local = draws.uniform_draws(self.seed, len(self.rows_of), first, count)
         else:
             local = draws.weighted_draws(self.seed, self.cum_scale[0], self.cum_scale[1], first, count)
-        return self.rows_of[local]
+        rows_of = self.rows_of
+        return local.astype(np.int64) + rows_of.start if isinstance(rows_of, range) else rows_of[local]
 
 
-def _contiguous(rows: np.ndarray) -> range | np.ndarray:
+def _contiguous(rows: range | np.ndarray) -> range | np.ndarray:
     """`rows` as a range when they are consecutive (a cache of the physical table): no array."""
+    if isinstance(rows, range):
+        return rows
     if int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
         return range(int(rows[0]), int(rows[-1]) + 1)
     return rows
