@@ -26,6 +26,18 @@ def curriculum(paths) -> Curriculum:
                        Stage(Mixture({"rest": 1}, streams), name="anneal")], batch_size=B)
 
 
+@pytest.fixture(params=[0, 2], ids=["in-process", "2-reader-workers"])
+def runtime(request):
+    """None (in-process reads) or a runtime with 2 reader worker processes, started."""
+    if not request.param:
+        yield None
+        return
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    rt.start_workers()
+    yield rt
+    rt.close()
+
+
 def open_ds(paths, runtime=None):
     ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8, prefetch_size=64), runtime=runtime)
     ds.set_curriculum(curriculum(paths))
@@ -83,75 +95,53 @@ def test_advance_mid_stage_ends_it_at_the_next_batch_boundary_in_process(write_c
     assert [(s.cache_id, s.sample_id) for s in ds] == [every[r] for r in plan.rows(60, 60).tolist()]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_batches_say_their_stage_and_advance_drops_batches_planned_ahead(write_caches, workers):
+def test_batches_say_their_stage_and_advance_drops_batches_planned_ahead(write_caches, runtime):
     paths = write_caches(SIZES)
-    rt = drt.DatasetRuntime(num_workers=2, start_method="fork") if workers else None
-    try:
-        if rt is not None:
-            rt.start_workers()
-        ds = open_ds(paths, rt)
-        plan, every = reference(ds, paths)
-        got = read_batches(ds, 2, advance_after=(4,))  # after 4 batches: position 16, in "main"
-        assert plan.advance(16) == 16  # the consumer's next unread position is a boundary: at once
-        assert [ids for _, ids in got] == [[every[r] for r in plan.rows(B * k, B).tolist()] for k in range(30)]
-        stages = [stage.name for stage, _ in got]
-        assert stages == ["warmup"] * 3 + ["main"] + ["anneal"] * 26
-        assert [stage.index for stage, _ in got[:5]] == [0, 0, 0, 1, 2]
-        if rt is not None:
-            assert rt._worker_pool.handlers == {}  # the run planned before advance() was closed
-    finally:
-        if rt is not None:
-            rt.close()
+    ds = open_ds(paths, runtime)
+    plan, every = reference(ds, paths)
+    got = read_batches(ds, 2, advance_after=(4,))  # after 4 batches: position 16, in "main"
+    assert plan.advance(16) == 16  # the consumer's next unread position is a boundary: at once
+    assert [ids for _, ids in got] == [[every[r] for r in plan.rows(B * k, B).tolist()] for k in range(30)]
+    stages = [stage.name for stage, _ in got]
+    assert stages == ["warmup"] * 3 + ["main"] + ["anneal"] * 26
+    assert [stage.index for stage, _ in got[:5]] == [0, 0, 0, 1, 2]
+    if runtime is not None:
+        assert runtime._worker_pool.handlers == {}  # the run planned before advance() was closed
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_resume_is_bit_identical_mid_stage_across_stages_and_after_advance(write_caches, workers):
+def test_resume_is_bit_identical_mid_stage_across_stages_and_after_advance(write_caches, runtime):
     paths = write_caches(SIZES)
-    rt = drt.DatasetRuntime(num_workers=2, start_method="fork") if workers else None
-    try:
-        if rt is not None:
-            rt.start_workers()
-        states: dict[int, dict] = {}
-        # uninterrupted: 2 windows (30 batches), advance() after batch 5 (position 20, in "main");
-        # states mid-"warmup", mid-"main" before advance(), right after it, in "anneal", in window 2
-        full = read_batches(open_ds(paths, rt), 2, advance_after=(5,), state_after=(2, 4, 5, 7, 20), states=states)
-        assert [s.name for s, _ in full[:7]] == ["warmup"] * 3 + ["main"] * 2 + ["anneal"] * 2
-        for n, state in states.items():
-            resumed = open_ds(paths, rt)
-            resumed.load_state_dict(state)
-            assert resumed.read_position == B * n
-            left = 15 - n % 15  # batches left in the window the state was taken in
-            # a state taken before advance() does not hold it: the resumed run calls it where the first did
-            again = (5 - n,) if n < 5 else ()
-            tail = read_batches(resumed, 1, advance_after=again)
-            assert len(tail) == left
-            tail += read_batches(resumed, 2 - (n + left) // 15, advance_after=())
-            assert tail == full[n:], n
-    finally:
-        if rt is not None:
-            rt.close()
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_per_sample_resume_mid_batch_after_advance(write_caches, workers):
-    paths = write_caches(SIZES)
-    rt = drt.DatasetRuntime(num_workers=2, start_method="fork") if workers else None
-    try:
-        ds = open_ds(paths, rt)
-        it = iter(ds)
-        head = [next(it) for _ in range(18)]
-        assert ds.advance() == 20
-        state = ds.state_dict()
-        assert state["position"] == 18 and state["window_end"] == 60 and state["plan"]["stage_end"] == 20
-        rest = list(it) + list(ds)
-        resumed = open_ds(paths, rt)
+    states: dict[int, dict] = {}
+    # uninterrupted: 2 windows (30 batches), advance() after batch 5 (position 20, in "main");
+    # states mid-"warmup", mid-"main" before advance(), right after it, in "anneal", in window 2
+    full = read_batches(open_ds(paths, runtime), 2, advance_after=(5,), state_after=(2, 4, 5, 7, 20), states=states)
+    assert [s.name for s, _ in full[:7]] == ["warmup"] * 3 + ["main"] * 2 + ["anneal"] * 2
+    for n, state in states.items():
+        resumed = open_ds(paths, runtime)
         resumed.load_state_dict(state)
-        assert list(resumed) + list(resumed) == rest  # the rest of the window, then the next one
-        assert len(head) + len(rest) == 120
-    finally:
-        if rt is not None:
-            rt.close()
+        assert resumed.read_position == B * n
+        left = 15 - n % 15  # batches left in the window the state was taken in
+        # a state taken before advance() does not hold it: the resumed run calls it where the first did
+        again = (5 - n,) if n < 5 else ()
+        tail = read_batches(resumed, 1, advance_after=again)
+        assert len(tail) == left
+        tail += read_batches(resumed, 2 - (n + left) // 15, advance_after=())
+        assert tail == full[n:], n
+
+
+def test_per_sample_resume_mid_batch_after_advance(write_caches, runtime):
+    paths = write_caches(SIZES)
+    ds = open_ds(paths, runtime)
+    it = iter(ds)
+    head = [next(it) for _ in range(18)]
+    assert ds.advance() == 20
+    state = ds.state_dict()
+    assert state["position"] == 18 and state["window_end"] == 60 and state["plan"]["stage_end"] == 20
+    rest = list(it) + list(ds)
+    resumed = open_ds(paths, runtime)
+    resumed.load_state_dict(state)
+    assert list(resumed) + list(resumed) == rest  # the rest of the window, then the next one
+    assert len(head) + len(rest) == 120
 
 
 def test_bad_calls_raise_typed_errors_and_leave_the_dataset_usable(write_caches):

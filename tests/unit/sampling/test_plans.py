@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -241,7 +240,7 @@ def test_mixture_and_curriculum_plans_over_1e8_rows_allocate_no_o_n_table():
     MiB, where one int64 row array would take 800 MB. (Streams grouped from a table are row
     arrays: the rows are then the O(N) input, and the plan references them without a copy.)"""
     from datasetrt.sampling import Curriculum, CurriculumPlan, Stage
-    from tests.unit.sampling.test_permutation import _rss
+    from tests.unit.sampling.test_permutation import _rss, traced_peak
 
     n = 10**8
     sizes = {"small": 10, "medium": 333_333}
@@ -253,17 +252,15 @@ def test_mixture_and_curriculum_plans_over_1e8_rows_allocate_no_o_n_table():
                       Stage(mix, batches=1000), Stage(Mixture({"large": 1}, streams))], batch_size=256)
     MixturePlan(mix, StreamRows({"w": range(0, 4)} | {k: range(0, 2) for k in sizes}), 1).rows(0, 16)  # warm-up
     rss_before = _rss()
-    tracemalloc.start()
-    try:
+
+    def plan_blocks():
         rows = StreamRows({k: range(int(a), int(b)) for k, a, b in zip(sizes, bounds[:-1], bounds[1:])})
         plans = (MixturePlan(mix, rows, 7), CurriculumPlan(cur, rows, 7))
-        for plan in plans:
-            for first in (0, 255_900, 10**9 + 5, 10**15):
-                block = plan.rows(first, 4096)
-                assert block.min() >= 0 and block.max() < n
-        _current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+        firsts = (0, 255_900, 10**9 + 5, 10**15)
+        return plans, [(b.min(), b.max()) for b in (plan.rows(f, 4096) for plan in plans for f in firsts)]
+
+    (plans, ranges), peak = traced_peak(plan_blocks)
+    assert all(low >= 0 and high < n for low, high in ranges)  # one block alive at a time
     assert peak < 256 * 1024, f"tracemalloc peak {peak} bytes"
     assert _rss() - rss_before < 16 * 1024 * 1024
     assert sorted(plans[0].rows(0, 20)[plans[0].streams_at(0, 20) == 0]) == list(range(10))  # one small epoch
