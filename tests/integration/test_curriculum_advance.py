@@ -27,7 +27,7 @@ def curriculum(paths) -> Curriculum:
 
 
 @pytest.fixture(params=[0, 2], ids=["in-process", "2-reader-workers"])
-def runtime(request):
+def readers(request):
     """None (in-process reads) or a runtime with 2 reader worker processes, started."""
     if not request.param:
         yield None
@@ -38,8 +38,8 @@ def runtime(request):
     rt.close()
 
 
-def open_ds(paths, runtime=None):
-    ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8, prefetch_size=64), runtime=runtime)
+def open_ds(paths, readers=None):
+    ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=8, prefetch_size=64), runtime=readers)
     ds.set_curriculum(curriculum(paths))
     return ds
 
@@ -95,9 +95,9 @@ def test_advance_mid_stage_ends_it_at_the_next_batch_boundary_in_process(write_c
     assert [(s.cache_id, s.sample_id) for s in ds] == [every[r] for r in plan.rows(60, 60).tolist()]
 
 
-def test_batches_say_their_stage_and_advance_drops_batches_planned_ahead(write_caches, runtime):
+def test_batches_say_their_stage_and_advance_drops_batches_planned_ahead(write_caches, readers):
     paths = write_caches(SIZES)
-    ds = open_ds(paths, runtime)
+    ds = open_ds(paths, readers)
     plan, every = reference(ds, paths)
     got = read_batches(ds, 2, advance_after=(4,))  # after 4 batches: position 16, in "main"
     assert plan.advance(16) == 16  # the consumer's next unread position is a boundary: at once
@@ -105,19 +105,19 @@ def test_batches_say_their_stage_and_advance_drops_batches_planned_ahead(write_c
     stages = [stage.name for stage, _ in got]
     assert stages == ["warmup"] * 3 + ["main"] + ["anneal"] * 26
     assert [stage.index for stage, _ in got[:5]] == [0, 0, 0, 1, 2]
-    if runtime is not None:
-        assert runtime._worker_pool.handlers == {}  # the run planned before advance() was closed
+    if readers is not None:
+        assert readers._worker_pool.handlers == {}  # the run planned before advance() was closed
 
 
-def test_resume_is_bit_identical_mid_stage_across_stages_and_after_advance(write_caches, runtime):
+def test_resume_is_bit_identical_mid_stage_across_stages_and_after_advance(write_caches, readers):
     paths = write_caches(SIZES)
     states: dict[int, dict] = {}
     # uninterrupted: 2 windows (30 batches), advance() after batch 5 (position 20, in "main");
     # states mid-"warmup", mid-"main" before advance(), right after it, in "anneal", in window 2
-    full = read_batches(open_ds(paths, runtime), 2, advance_after=(5,), state_after=(2, 4, 5, 7, 20), states=states)
+    full = read_batches(open_ds(paths, readers), 2, advance_after=(5,), state_after=(2, 4, 5, 7, 20), states=states)
     assert [s.name for s, _ in full[:7]] == ["warmup"] * 3 + ["main"] * 2 + ["anneal"] * 2
     for n, state in states.items():
-        resumed = open_ds(paths, runtime)
+        resumed = open_ds(paths, readers)
         resumed.load_state_dict(state)
         assert resumed.read_position == B * n
         left = 15 - n % 15  # batches left in the window the state was taken in
@@ -129,16 +129,16 @@ def test_resume_is_bit_identical_mid_stage_across_stages_and_after_advance(write
         assert tail == full[n:], n
 
 
-def test_per_sample_resume_mid_batch_after_advance(write_caches, runtime):
+def test_per_sample_resume_mid_batch_after_advance(write_caches, readers):
     paths = write_caches(SIZES)
-    ds = open_ds(paths, runtime)
+    ds = open_ds(paths, readers)
     it = iter(ds)
     head = [next(it) for _ in range(18)]
     assert ds.advance() == 20
     state = ds.state_dict()
     assert state["position"] == 18 and state["window_end"] == 60 and state["plan"]["stage_end"] == 20
     rest = list(it) + list(ds)
-    resumed = open_ds(paths, runtime)
+    resumed = open_ds(paths, readers)
     resumed.load_state_dict(state)
     assert list(resumed) + list(resumed) == rest  # the rest of the window, then the next one
     assert len(head) + len(rest) == 120
