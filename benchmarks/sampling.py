@@ -10,7 +10,8 @@ Then reads (`--reads`, on by default; `--smoke` reads only, tiny): samples per s
 with dataset-rt's shuffled draws, `ReaderConfig(sampling="permutation")` and a 3-stream mixture
 (`ds.set_mixture`, 0.5 / 0.3 / 0.2 by cache), per sample (`iter(ds)`) and in batches of 256
 (`iter_batches`), in-process and with 2 reader workers (started before timing). The last column
-is draws / contender: the issue 13 target is >= 0.9x of draws' rate, i.e. <= 1.11 there.
+is draws / contender: the issue 13 target is >= 0.9x of draws' rate, i.e. <= 1.11 there. The
+orders take turns within each repeat; a second table gives the parent's CPU time per sample.
 
 Usage: python -m benchmarks.sampling [--quick | --smoke] [--repeats R] [--rows N] [--no-reads]
 """
@@ -18,6 +19,7 @@ Usage: python -m benchmarks.sampling [--quick | --smoke] [--repeats R] [--rows N
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 import time
 from collections.abc import Callable
@@ -102,29 +104,40 @@ def read_orders(paths: list[Path]) -> dict[str, Callable[[drt.DatasetRuntime | N
     return {READ_BASELINE: draws, "permutation": permutation, "mixture 0.5/0.3/0.2 (3 streams)": mixture}
 
 
-def read_rates(workdir: Path, counts: tuple[int, int, int], payload_bytes: int, repeats: int) -> list[Measurement]:
-    """Samples/s of one window per repeat for each order, read path and process layout."""
+def read_rates(workdir: Path, counts: tuple[int, int, int], payload_bytes: int, repeats: int
+               ) -> tuple[list[Measurement], list[Measurement]]:
+    """Samples/s of one window per repeat for each order, read path and process layout, and the
+    parent's CPU time per sample (`time.process_time`: what the orders cost the consumer's process,
+    much less sensitive than wall time to other jobs on a shared machine). The orders take turns
+    within each repeat (reversed every other repeat), so load drifting during a run spreads over
+    all of them instead of biasing the ones measured last."""
     with drt.DatasetRuntime(num_workers=1) as writer:
         paths = [write_cache(drt, writer, workdir, PayloadSource(f"s{k}", n, payload_bytes, drt.CacheInput), "none")
                  for k, n in enumerate(counts)]
     orders = read_orders(paths)
     ms: list[Measurement] = []
+    cpu: list[Measurement] = []
     with drt.DatasetRuntime(num_workers=2) as rt:
         rt.start_workers()
         for where, runtime in (("in-process", None), ("2 reader workers", rt)):
             for batches in (False, True):
                 workload = f"read {sum(counts):,} x {payload_bytes} B, {'batches of 256' if batches else 'samples'}, {where}"
-                for name, make in orders.items():
-                    ds = make(runtime)
+                datasets = {name: make(runtime) for name, make in orders.items()}
+                rates = {name: Measurement(workload, name, "samples/s") for name in orders}
+                costs = {name: Measurement(f"parent CPU, {workload}", name, "us/sample", higher_is_better=False)
+                         for name in orders}
+                for ds in datasets.values():
                     next(ds.iter_batches(256))  # warm up (shard descriptors, plan tables); its window is not timed
-
-                    def one_window(ds=ds, batches=batches) -> float:
-                        start = time.perf_counter()
-                        n = datasetrt_pass(ds, batches, 256)[0]
-                        return n / (time.perf_counter() - start)
-
-                    ms.append(Measurement(workload, name, "samples/s", repeat(one_window, repeats)))
-    return ms
+                for r in range(repeats):
+                    for name in (list(orders) if r % 2 == 0 else list(orders)[::-1]):
+                        gc.collect()
+                        wall, cpu_s = time.perf_counter(), time.process_time()
+                        n = datasetrt_pass(datasets[name], batches, 256)[0]
+                        rates[name].values.append(n / (time.perf_counter() - wall))
+                        costs[name].values.append((time.process_time() - cpu_s) / n * 1e6)
+                ms.extend(rates.values())
+                cpu.extend(costs.values())
+    return ms, cpu
 
 
 def main() -> None:
@@ -136,7 +149,7 @@ def main() -> None:
     parser.add_argument("--no-reads", action="store_true", help="planning only")
     parser.add_argument("--out", type=Path, default=Path("bench-out/sampling.json"))
     args = parser.parse_args()
-    repeats = args.repeats or (1 if args.smoke else 3 if args.quick else 7)
+    repeats = args.repeats or (1 if args.smoke else 5 if args.quick else 7)
     rows = args.rows or (10**5 if args.smoke else 10**7)
     positions = 1 << (12 if args.smoke else 17 if args.quick else 20)
     counts = (2_000, 200, 20) if args.smoke else (20_000, 2_000, 200) if args.quick else (100_000, 10_000, 1_000)
@@ -154,10 +167,13 @@ def main() -> None:
     reads: list[Measurement] = []
     if not args.no_reads:
         with tempfile.TemporaryDirectory(prefix="datasetrt-bench-sampling-") as work:
-            reads = read_rates(Path(work), counts, 1024, repeats)
-        print(f"\nreads: one window per repeat, {repeats} repeats; last column: draws / contender "
-              f"(target: permutation and mixture >= 0.9x of draws, i.e. <= 1.11)")
+            reads, cpu = read_rates(Path(work), counts, 1024, repeats)
+        print(f"\nreads: one window per repeat, {repeats} repeats, orders taking turns; last column: draws / "
+              f"contender (target: permutation and mixture >= 0.9x of draws, i.e. <= 1.11)")
         print(ratio_table(reads, READ_BASELINE))
+        print("\nparent CPU time per sample (same windows; last column: contender / draws, > 1 costs more)")
+        print(ratio_table(cpu, READ_BASELINE))
+        reads += cpu
     save_json(args.out, ms + reads, {"benchmark": "sampling", "repeats": repeats, "rows": rows, "positions": positions,
                                      "read_counts": list(counts)})
 

@@ -17,15 +17,15 @@ Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
 (`cursor_state*`) through public methods, never this class's fields. Every window is built by
 `_window`, the one place that picks a planner.
 
-One module on purpose (~700 lines): every public method of `CachedDataset` is dataset-rt's API
+One module on purpose (~750 lines): every public method of `CachedDataset` is dataset-rt's API
 or its seam, and each reads or moves the same sampling state under the same lock; what does not
-need that state lives below it (runtime/, sampling/, table/) or beside it (dataset_runtime.py).
+need that state lives below it (runtime/, sampling/, table/) or beside it (dataset_runtime.py;
+dataset_stages.py: a curriculum's live read, advance() and resume state).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import sys
 import threading
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from datasetrt.config import PayloadSpec, ReaderConfig
+from datasetrt.dataset_stages import StageReads, curriculum_plan, stage_of
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -54,6 +55,7 @@ from datasetrt.records import (
     Err,
     Ok,
     SampleBatch,
+    StageInfo,
 )
 from datasetrt.payloads import PayloadCheck
 from datasetrt.runtime.batch_run import BatchRun
@@ -63,7 +65,7 @@ from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.samples import SampleBuilder
-from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, order_identity
 from datasetrt.sampling.mixture import Mixture, StreamRows
 from datasetrt.sampling.permutation import EpochPermutation
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, RowPlan, Window, advance
@@ -148,6 +150,7 @@ class CachedDataset:
         self._epoch_len: int | None = None
         self._cursor = 0
         self._draw_offset = 0
+        self._stages = StageReads()  # a curriculum's live read, advance() and resume state
         self._lock = threading.Lock()  # replaced in a forked child (_fresh_locks_after_fork)
         _DATASETS.add(self)
         self._thread_readers = threading.local()  # this thread's LocalReader (and the pid it was opened in)
@@ -237,7 +240,7 @@ class CachedDataset:
         end = getattr(getattr(window, "plan", None), "length", None)  # None: unbounded (or no plan)
         if end is not None and window.length > end - start:
             window = window.sub(0, max(0, end - start))
-        return window
+        return self._stages.cut(window)  # the rest of a loaded state's window comes first
 
     # -- integration seam (docs/python-api.md, "Integration seam"): how an integration divides
     # this dataset's windows among its own processes. A window is anything with `population`
@@ -259,6 +262,7 @@ class CachedDataset:
                 self._draw_offset = advance(True, window.start, window.length, n_rows)
             else:
                 self._cursor = advance(False, window.start, window.length, n_rows)
+            self._stages.resume_end = None
             return window
 
     def plan_window(self, start: int, length: int, *, population: Population | None = None,
@@ -330,18 +334,9 @@ class CachedDataset:
         states: "draws" (dataset-rt's), "permutation", or "mixture:" / "curriculum:" and a BLAKE2b
         digest of the configuration (streams, their rows and weights, proportions, options, stages)."""
         population = self._population if population is None else population
-        order = population.order
-        if order is None:
+        if population.order is None:
             return self.reader_config.sampling
-        if isinstance(order, Curriculum):
-            kind, parts = "curriculum", [f"{order!r}", *(f"{name}:{stage.mixture!r}:{order.samples(i)}"
-                                                          for i, (name, stage) in enumerate(zip(order.names, order.stages)))]
-        else:
-            kind, parts = "mixture", [repr(order)]
-        h = hashlib.blake2b("|".join(parts).encode(), digest_size=16)
-        for name, stream in order.streams.items():
-            h.update(f"|{name}|{stream.describe()}|{population.streams.digest(name)}".encode())
-        return f"{kind}:{h.hexdigest()}"
+        return order_identity(population.order, population.streams)
 
     def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
                     in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
@@ -439,7 +434,7 @@ class CachedDataset:
         return self._iterate()
 
     def _iterate(self) -> Iterator[CachedSample]:
-        yield from self.read_window(self.reserve_window())
+        yield from self._stages.reads(self.reserve_window(), self.read_window, False)
 
     def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
         """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es
@@ -451,8 +446,9 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        yield from self._window_batches(self.reserve_window(), batch_size, drop_last, with_metadata,
-                                        self._sample_builder)
+        read = functools.partial(self._window_batches, batch_size=batch_size, drop_last=drop_last,
+                                 with_metadata=with_metadata, builder=self._sample_builder)
+        yield from self._stages.reads(self.reserve_window(), read, True)
 
     def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool, builder: Any,
                         in_process: bool = False, buffers: Any = None) -> Iterator[SampleBatch]:
@@ -622,10 +618,56 @@ class CachedDataset:
 
     def set_curriculum(self, curriculum: Curriculum | None) -> None:
         """Read the active rows as `curriculum`'s stages (docs/sampling.md, "Reading a dataset"):
-        stage changes at the curriculum's sample counts from plan position 0; otherwise as
-        `set_mixture` (replaces a mixture). The dataset has no `advance()`: a curriculum read
-        through a dataset follows its stage lengths."""
+        stages change at the curriculum's sample counts from plan position 0, or earlier by
+        `advance()`; otherwise as `set_mixture` (replaces a mixture)."""
         self._set_order(curriculum, Curriculum, "set_curriculum")
+
+    # -- a curriculum's reads (dataset_stages.py; docs/sampling.md, "Advancing a curriculum") ----
+
+    @property
+    def read_position(self) -> int | None:
+        """Plan position of the next sample this dataset's iterator hands out (between iterators:
+        where the next one starts); None without a curriculum."""
+        with self._lock:
+            plan = self._curriculum_plan(None)
+            return None if plan is None else self._stages.position(plan, self._draw_offset)
+
+    def stage_at(self, position: int) -> StageInfo | None:
+        """The curriculum stage (index, name) of plan position `position`; None without one."""
+        return stage_of(self._curriculum_plan(None), position)
+
+    @property
+    def stage(self) -> StageInfo | None:
+        """The stage of the next sample read (`stage_at(read_position)`): the one `advance()` ends."""
+        position = self.read_position
+        return None if position is None else self.stage_at(position)
+
+    def advance(self) -> int:
+        """End the current stage at the first batch boundary at or after `read_position` (for the
+        iterator reading now too); returns where the next stage starts. `SamplingStateError` on
+        the last stage or without a curriculum (nothing changes)."""
+        with self._lock:
+            return self._stages.advance(self._curriculum_plan("advance()"), self._draw_offset)
+
+    def state_dict(self) -> dict:
+        """The curriculum read's resume state at `read_position` (plain values; docs/sampling.md)."""
+        with self._lock:
+            plan = self._curriculum_plan("state_dict()")
+            return self._stages.state(plan, self._draw_offset, self._epoch_len, self.order_identity())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from `state` (the same curriculum and table set): the next iterator reads the
+        rest of the state's window. `SamplingStateError` on a mismatch; nothing changes on error."""
+        with self._lock:
+            plan = self._curriculum_plan("load_state_dict()")
+            self._draw_offset, self._epoch_len = self._stages.load(plan, state, self.order_identity())
+
+    def hold_stages(self, owner: object) -> None:
+        """Integration seam: `owner` reads the curriculum in copies `advance()` cannot reach."""
+        self._stages.hold(owner)
+
+    def _curriculum_plan(self, method: str | None) -> CurriculumPlan | None:
+        return curriculum_plan(self._plan(self._population, self._seed), method)
 
     def _set_order(self, order: Mixture | Curriculum | None, kind: type, method: str) -> None:
         if order is not None and not isinstance(order, kind):

@@ -67,6 +67,14 @@ class CacheSourcesDatasetError(NamedTuple):
 CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
 
 
+class StageInfo(NamedTuple):
+    """A curriculum stage as reads report it: its `index` in the curriculum and its `name`
+    (`SampleBatch.stage`, `CachedDataset.stage`; docs/sampling.md)."""
+
+    index: int
+    name: str
+
+
 class Deferred:
     """A value computed on first use, once (`SampleBatch.metadata`)."""
 
@@ -86,6 +94,9 @@ class SampleBatch:
     requested. It is built on first access — a consumer that never reads it never imports
     pyarrow or Polars — and always from the table as it was when the window was reserved.
     `payload_spec` is the caches' `PayloadSpec` (None: untyped), which `to_numpy` follows.
+    `stage` is the curriculum `StageInfo` its samples come from (`CachedDataset.iter_batches` of
+    a dataset reading a curriculum: its first sample's stage, the only one when batches are cut at
+    the curriculum's batch size from a batch boundary), None otherwise.
 
     Ownership: with reader workers, `data` and `offsets` are views of the shared-memory ring slot
     the workers gathered the batch into, leased to this batch: the slot returns to the ring only
@@ -95,7 +106,7 @@ class SampleBatch:
     are reachable; `cache_id`, `sample_id` and `metadata` are always the batch's own.
     """
 
-    __slots__ = ("_data", "_offsets", "cache_id", "sample_id", "_metadata", "payload_spec", "__weakref__")
+    __slots__ = ("_data", "_offsets", "cache_id", "sample_id", "_metadata", "payload_spec", "stage", "__weakref__")
 
     def __init__(self, data: Any, offsets: Any, cache_id: Any, sample_id: Any, metadata: Any = None,
                  payload_spec: Any = None) -> None:
@@ -105,6 +116,7 @@ class SampleBatch:
         self.sample_id = sample_id
         self._metadata = metadata
         self.payload_spec = payload_spec
+        self.stage: StageInfo | None = None
 
     @property
     def data(self) -> Any:

@@ -6,6 +6,7 @@ ordered window and shuffled draws, `Window`, `PlanWindow`), `permutation` (exact
 `curriculum` (stages). docs/sampling.md describes the modes and their guarantees.
 """
 
+from datasetrt.records import StageInfo
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, Stage
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.permutation import EpochPermutation, repeat_counts, stream_label
@@ -13,6 +14,6 @@ from datasetrt.sampling.planner import PlanWindow
 from datasetrt.sampling.plans import MixturePlan, StreamProgress
 
 __all__ = [
-    "Curriculum", "CurriculumPlan", "EpochPermutation", "Mixture", "MixturePlan", "PlanWindow", "Stage", "Stream",
+    "Curriculum", "CurriculumPlan", "EpochPermutation", "Mixture", "MixturePlan", "PlanWindow", "Stage", "StageInfo", "Stream",
     "StreamProgress", "StreamRows", "repeat_counts", "stream_label",
 ]

@@ -10,10 +10,12 @@ after `position` (positions before it keep their rows) and starts the next stage
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from datasetrt.errors import ArgumentTypeError, SamplingConfigError, SamplingStateError
+from datasetrt.records import StageInfo
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.plans import SegmentedPlan, _stage_of
 
@@ -101,7 +103,7 @@ class CurriculumPlan(SegmentedPlan):
     """The plan of a `Curriculum` over resolved `StreamRows` under `seed`.
 
     Adds to the shared plan (rows, streams_at, stages_at, stage_at, progress, state_dict,
-    load_state_dict): `advance(position)`. The state records the current stage, its start (and end
+    load_state_dict): `advance(position)` and `stage_info(position)`. The state records the current stage, its start (and end
     when advanced), the per-stream positions at its start, and the position: resuming from it
     gives the same rows as the run it was taken from, across stage boundaries and advances.
     """
@@ -132,4 +134,24 @@ class CurriculumPlan(SegmentedPlan):
         if seg.end is not None and boundary >= seg.end:
             return seg.end  # the stage already ends within this batch
         self._segments = segments[:index] + self._chain(replace(seg, end=boundary))
+        self.revision += 1
         return boundary
+
+    def stage_info(self, position: int) -> StageInfo:
+        """The `StageInfo` (index, name) of the stage plan position `position` belongs to."""
+        stage = self.stage_at(position)
+        return StageInfo(stage, self.curriculum.names[stage])
+
+
+def order_identity(order: Mixture | Curriculum, streams: StreamRows) -> str:
+    """"mixture:" or "curriculum:" and a BLAKE2b-128 digest (hex) of the configuration: streams,
+    their rows and weights, proportions, options, stages. Resume states compare it."""
+    if isinstance(order, Curriculum):
+        kind, parts = "curriculum", [f"{order!r}", *(f"{name}:{stage.mixture!r}:{order.samples(i)}"
+                                                      for i, (name, stage) in enumerate(zip(order.names, order.stages)))]
+    else:
+        kind, parts = "mixture", [repr(order)]
+    h = hashlib.blake2b("|".join(parts).encode(), digest_size=16)
+    for name, stream in order.streams.items():
+        h.update(f"|{name}|{stream.describe()}|{streams.digest(name)}".encode())
+    return f"{kind}:{h.hexdigest()}"

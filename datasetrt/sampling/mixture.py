@@ -27,6 +27,7 @@ from datasetrt.errors import ArgumentTypeError, EmptyStreamError, SamplingConfig
 
 MAX_PERIOD = 1 << 20  # common denominator of the proportions: the interleave table has D entries
 MAX_STREAMS = 32767
+DIGEST_BLOCK_ROWS = 1 << 16  # rows of a `range` stream hashed at a time (512 KiB)
 ORDERS = ("permutation", "weighted")
 ON_EXHAUSTED = ("next_epoch", "stop")
 Order = Literal["permutation", "weighted"]
@@ -200,6 +201,9 @@ class StreamRows:
     and their float64 weights (None: every weight 1). Built once per mixture from the active table
     (table/streams.py) or directly from arrays; immutable afterwards. Streams are expected to be
     disjoint (the table grouping refuses overlaps); a row in two streams is read once per stream.
+    A stream of consecutive rows may be given as a `range` (step 1): it is kept as one, so neither
+    it nor its plan holds an array (O(1) memory whatever its length; same plan and digest as the
+    equivalent array).
     """
 
     __slots__ = ("names", "rows", "weights", "_digests")
@@ -212,6 +216,13 @@ class StreamRows:
         self.rows: dict[str, np.ndarray] = {}
         self.weights: dict[str, np.ndarray | None] = {}
         for name, arr in rows.items():
+            if isinstance(arr, range):
+                if arr.step != 1 or not len(arr) or arr.start < 0:
+                    raise SamplingConfigError(f"stream {name!r}: a range of rows must be non-empty, of step 1, "
+                                              f"from row >= 0 (got {arr!r})")
+                self.rows[name] = arr
+                self.weights[name] = self._weights(name, weights.get(name), len(arr), arr.start)
+                continue
             arr = np.asarray(arr)
             if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
                 raise ArgumentTypeError(f"stream {name!r}: rows must be a 1-D integer array")
@@ -222,28 +233,35 @@ class StreamRows:
                 raise SamplingConfigError(f"stream {name!r}: row {int(arr.min())} is negative")
             arr.flags.writeable = False
             self.rows[name] = arr
-            w = weights.get(name)
-            if w is not None:
-                w = np.ascontiguousarray(w, dtype=np.float64)
-                if w.shape != arr.shape:
-                    raise SamplingConfigError(f"stream {name!r}: {len(w)} weights for {len(arr)} rows")
-                bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
-                if bad.size:
-                    raise SamplingConfigError(f"stream {name!r}: weight {float(w[bad[0]])!r} of table row "
-                                              f"{int(arr[bad[0]])} is not positive and finite")
-                w.flags.writeable = False
-            self.weights[name] = w
+            self.weights[name] = self._weights(name, weights.get(name), len(arr), arr)
         unknown = set(weights) - set(self.rows)
         if unknown:
             raise UnknownStreamError(f"weights given for unknown streams {sorted(unknown)!r}")
         self._digests: dict[str, str] = {}
+
+    @staticmethod
+    def _weights(name: str, w: Any, n: int, rows: np.ndarray | int) -> np.ndarray | None:
+        """Checked float64 weights of a stream of `n` rows (`rows`: its array, or its first row)."""
+        if w is None:
+            return None
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        if w.shape != (n,):
+            raise SamplingConfigError(f"stream {name!r}: {len(w)} weights for {n} rows")
+        bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
+        if bad.size:
+            row = int(bad[0]) + rows if isinstance(rows, int) else int(rows[bad[0]])
+            raise SamplingConfigError(f"stream {name!r}: weight {float(w[bad[0]])!r} of table row "
+                                      f"{row} is not positive and finite")
+        w.flags.writeable = False
+        return w
 
     def index(self, n_rows: int) -> np.ndarray:
         """The streams as one int16 column over `n_rows` population rows: the index (into `names`)
         of the stream each row belongs to, -1 for rows of no stream. O(rows), vectorised."""
         index = np.full(n_rows, -1, dtype=np.int16)
         for i, name in enumerate(self.names):
-            index[self.rows[name]] = i
+            rows = self.rows[name]
+            index[slice(rows.start, rows.stop) if isinstance(rows, range) else rows] = i
         return index
 
     @classmethod
@@ -260,7 +278,12 @@ class StreamRows:
         """BLAKE2b-128 of a stream's rows and weights (hex); computed once, O(rows)."""
         if name not in self._digests:
             h = hashlib.blake2b(digest_size=16)
-            h.update(self.rows[name].tobytes())
+            rows = self.rows[name]
+            if isinstance(rows, range):  # the bytes of the equivalent array, 2^16 rows at a time
+                for first in range(rows.start, rows.stop, DIGEST_BLOCK_ROWS):
+                    h.update(np.arange(first, min(first + DIGEST_BLOCK_ROWS, rows.stop), dtype=np.int64).tobytes())
+            else:
+                h.update(rows.tobytes())
             w = self.weights[name]
             h.update(b"ones" if w is None else w.tobytes())
             self._digests[name] = h.hexdigest()

@@ -71,7 +71,7 @@ class _Draws:
 
     __slots__ = ("rows_of", "seed", "cum_scale")
 
-    def __init__(self, name: str, rows: np.ndarray, weights: np.ndarray | None, seed: int) -> None:
+    def __init__(self, name: str, rows: range | np.ndarray, weights: np.ndarray | None, seed: int) -> None:
         self.rows_of = rows
         self.seed = perm.stream_seed(seed, stream_label(name))
         self.cum_scale = None if weights is None or bool((weights == 1.0).all()) else draws.weighted_cumulative(weights)
@@ -81,11 +81,14 @@ class _Draws:
             local = draws.uniform_draws(self.seed, len(self.rows_of), first, count)
         else:
             local = draws.weighted_draws(self.seed, self.cum_scale[0], self.cum_scale[1], first, count)
-        return self.rows_of[local]
+        rows_of = self.rows_of
+        return local.astype(np.int64) + rows_of.start if isinstance(rows_of, range) else rows_of[local]
 
 
-def _contiguous(rows: np.ndarray) -> range | np.ndarray:
+def _contiguous(rows: range | np.ndarray) -> range | np.ndarray:
     """`rows` as a range when they are consecutive (a cache of the physical table): no array."""
+    if isinstance(rows, range):
+        return rows
     if int(rows[-1]) - int(rows[0]) == len(rows) - 1 and bool((np.diff(rows) == 1).all()):
         return range(int(rows[0]), int(rows[-1]) + 1)
     return rows
@@ -153,10 +156,12 @@ class SegmentedPlan:
         self._tables, self._draws = _stream_tables(names, streams, order, seed)
         self.stream_sizes = self._tables.per_epoch  # stream positions per stream epoch (int64)
         self._segments = self._chain(self._segment(0, 0, np.zeros(len(names), dtype=np.int64)))
+        self.revision = 0  # +1 at every advance() or load_state_dict(): rows planned before may be stale
 
     # -- segments -------------------------------------------------------------------------------
     # `_segments` is an immutable tuple from the plan's first reachable stage to its last, replaced
-    # as a whole by advance() and load_state_dict(): a reader holding the old tuple stays consistent.
+    # as a whole by advance() and load_state_dict() (which bump `revision`): a reader holding the
+    # old tuple stays consistent, and a reader that planned ahead compares revisions to re-plan.
 
     def _segment(self, stage: int, start: int, bases: np.ndarray, end: int | None = None) -> _Segment:
         """Segment of `stage` from `start` with `bases`; its natural end unless `end` is given."""
@@ -308,6 +313,7 @@ class SegmentedPlan:
             raise SamplingStateError("sampling state does not match this plan: its fingerprint differs (edited state)")
         segment, position = self._resume_point(state)
         self._segments = self._chain(segment)
+        self.revision += 1
         return position
 
     def _resume_point(self, state: Mapping[str, Any]) -> tuple[_Segment, int]:

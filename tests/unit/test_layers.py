@@ -36,6 +36,7 @@ LAYERS = {
     "datasetrt.runtime": 4,
     "datasetrt.dataset": 5,
     "datasetrt.dataset_runtime": 5,  # DatasetRuntime: workers shared by writes and datasets
+    "datasetrt.dataset_stages": 5,  # a dataset's curriculum reads: advance(), stages, resume state
     "datasetrt.seam": 5,  # the value types of CachedDataset's integration seam
     "datasetrt.api": 5,
     "datasetrt": 5,  # the package root: lazy re-export of datasetrt.api

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from datasetrt.errors import ConfigError
+from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe, _Snapshots
 
 if TYPE_CHECKING:
@@ -63,6 +63,17 @@ def _check_identity(state: Mapping[str, Any], mine: dict, what: str) -> None:
                               f"(state {state.get(key)!r}, here {value!r})")
 
 
+# Why a torch reader refuses advance() (docs/sampling.md, "Advancing a dataset's curriculum").
+ADVANCE_REFUSED = ("advance() is not supported on torch loaders: DataLoader workers plan their batches from their "
+                   "own copy of the curriculum, fixed when they start, so a stage cannot end early at a batch "
+                   "boundary they have not produced yet without a channel to every worker; stages follow their "
+                   "lengths here. Read with ds.iter_batches() (in-process or reader workers) to advance")
+
+
+def refuse_advance() -> None:
+    raise LoaderStateError(ADVANCE_REFUSED)
+
+
 class _PlanDataset(IterableDataset):
     """Base of `CachedIterableDataset` and `LoaderDataset`. In the process that built it,
     `_dataset` is the `CachedDataset`; a spawned copy (`_rebuilt`) has None there and rebuilds
@@ -103,6 +114,10 @@ class _PlanDataset(IterableDataset):
 
     def _recipe_for(self, population: Any) -> _Recipe:
         return self._snapshots.recipe(self._dataset, population)
+
+    def advance(self) -> None:
+        """Refused with `LoaderStateError` (ADVANCE_REFUSED says why)."""
+        refuse_advance()
 
     @property
     def snapshot_dir(self) -> Path | None:

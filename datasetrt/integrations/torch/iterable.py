@@ -53,6 +53,7 @@ class CachedIterableDataset(_PlanDataset):
             raise ConfigError(f"block_rows must be a positive integer, got {block_rows!r}")
         self._setup(dataset, None)
         self._init_passes(block_rows, None)
+        dataset.hold_stages(self)  # its workers read copies of the plan: the dataset refuses advance()
 
     def _init_passes(self, block_rows: int, shipped_window: tuple[int, int] | None) -> None:
         self.block_rows = block_rows

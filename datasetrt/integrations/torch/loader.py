@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from datasetrt._native.draws import derive_seed
 from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch import distributed
-from datasetrt.integrations.torch.base import _check_identity, _with_order
+from datasetrt.integrations.torch.base import _check_identity, _with_order, refuse_advance
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
     MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, check_collate_picklable, worker_settings,
@@ -128,6 +128,11 @@ class DatasetRTDataLoader(DataLoader):
         tracked = _LoaderIterator(super().__iter__(), epoch, self.dataset._spec.layout(rows), prior)
         self._current = tracked
         return tracked
+
+    def advance(self) -> None:
+        """Refused with `LoaderStateError`: the loader's workers plan from their own copy of the
+        curriculum (docs/sampling.md, "Advancing a dataset's curriculum")."""
+        refuse_advance()
 
     def _identity(self) -> dict:
         plan = self._plan

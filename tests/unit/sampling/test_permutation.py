@@ -108,6 +108,16 @@ def _rss() -> int:
     return psutil.Process(os.getpid()).memory_info().rss
 
 
+def traced_peak(run):
+    """(run(), the peak bytes tracemalloc saw allocated while it ran)."""
+    tracemalloc.start()
+    try:
+        out = run()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_planning_a_block_at_1e8_rows_allocates_no_order_array():
     """10^8 rows: an order array would take 800 MB; planning blocks anywhere in any epoch allocates
     only the block (4096 x 8 bytes) and no O(N) structure, measured by tracemalloc and RSS."""
@@ -115,14 +125,9 @@ def test_planning_a_block_at_1e8_rows_allocates_no_order_array():
     order = EpochPermutation(2024, n)
     order.rows(0, 16)  # warm up (first-call allocations of numpy and the kernel)
     rss_before = _rss()
-    tracemalloc.start()
-    try:
-        for first in (0, n - 2048, 7 * n + 12345, 10**15):
-            block = order.rows(first, 4096)
-            assert block.min() >= 0 and block.max() < n
-        _current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    ranges, peak = traced_peak(lambda: [(b.min(), b.max()) for b in map(lambda f: order.rows(f, 4096),
+                                                                         (0, n - 2048, 7 * n + 12345, 10**15))])
+    assert all(low >= 0 and high < n for low, high in ranges)  # one block alive at a time
     assert peak < 256 * 1024, f"tracemalloc peak {peak} bytes"
     assert _rss() - rss_before < 16 * 1024 * 1024  # an order array would add ~800 MB
     assert len(np.unique(order.rows(3 * n + 77, 4096))) == 4096  # distinct within an epoch

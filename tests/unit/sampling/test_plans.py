@@ -1,6 +1,7 @@
 """datasetrt.sampling.plans (MixturePlan) against the sequential simulation in tests/reference/perm.py:
 bit-identical rows, the prefix bound at every n, exactly-once within each stream's epochs,
-"stop" and "next_epoch", weighted streams, slicing by any share layout, and the state dict."""
+"stop" and "next_epoch", weighted streams, slicing by any share layout, the state dict, streams given as
+ranges, and O(1) memory at 10^8 rows (tracemalloc and RSS)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from datasetrt._native import draws, perm
-from datasetrt.errors import PlanRangeError, RepeatCountError, SamplingStateError, UnknownStreamError
+from datasetrt.errors import (
+    PlanRangeError,
+    RepeatCountError,
+    SamplingConfigError,
+    SamplingStateError,
+    UnknownStreamError,
+)
 from datasetrt.sampling import Mixture, MixturePlan, Stream, StreamRows, stream_label
 from tests.reference import perm as ref
 
@@ -202,3 +209,59 @@ def test_state_with_other_rows_or_edited_fields_is_refused():
             MixturePlan(mix, make_rows([10, 20])[0], 1).load_state_dict({**state, key: value})
     with pytest.raises(SamplingStateError):
         plan.load_state_dict("not a state")
+
+
+def test_range_streams_plan_as_their_arrays_do():
+    """A stream given as a range of consecutive rows is the same stream as its array: same rows
+    for both orders, same digest (so states load across the two), same refusals."""
+    sizes = {"a": 5, "b": 40, "c": 300}
+    bounds = np.cumsum([0, *sizes.values()])
+    ranges = {k: range(int(x), int(y)) for k, x, y in zip(sizes, bounds[:-1], bounds[1:])}
+    arrays = {k: np.arange(r.start, r.stop, dtype=np.int64) for k, r in ranges.items()}
+    streams = {k: Stream.by_column("s", k) for k in sizes}
+    for order in ("permutation", "weighted"):
+        mix = Mixture({"a": 0.5, "b": 0.3, "c": 0.2}, streams, order=order)
+        by_range, by_array = MixturePlan(mix, StreamRows(ranges), 3), MixturePlan(mix, StreamRows(arrays), 3)
+        assert np.array_equal(by_range.rows(10**6, 2000), by_array.rows(10**6, 2000))
+        assert by_array.load_state_dict(by_range.state_dict(77)) == 77
+    weights = {"c": np.arange(300) % 3 + 1.0}
+    assert StreamRows(ranges, weights).digest("c") == StreamRows(arrays, weights).digest("c")
+    assert np.array_equal(StreamRows(ranges).index(345), StreamRows(arrays).index(345))
+    with pytest.raises(SamplingConfigError, match="step 1"):
+        StreamRows({"a": range(0, 10, 2)})
+    with pytest.raises(SamplingConfigError, match="weight 0.0 of table row 7"):
+        StreamRows({"a": range(5, 10)}, {"a": np.array([1.0, 1.0, 0.0, 1.0, 1.0])})
+
+
+def test_mixture_and_curriculum_plans_over_1e8_rows_allocate_no_o_n_table():
+    """Streams of 10^8 rows in all, given as ranges (what a whole cache of the physical table is):
+    building a mixture and a 3-stage curriculum plan and planning 4,096-position blocks anywhere
+    allocate the blocks and the period table only — tracemalloc peak < 256 KiB, RSS growth < 16
+    MiB, where one int64 row array would take 800 MB. (Streams grouped from a table are row
+    arrays: the rows are then the O(N) input, and the plan references them without a copy.)"""
+    from datasetrt.sampling import Curriculum, CurriculumPlan, Stage
+    from tests.unit.sampling.test_permutation import _rss, traced_peak
+
+    n = 10**8
+    sizes = {"small": 10, "medium": 333_333}
+    sizes["large"] = n - sum(sizes.values())
+    bounds = np.cumsum([0, *sizes.values()])
+    streams = {k: Stream.by_column("s", k) for k in sizes}
+    mix = Mixture({"small": 0.5, "medium": 0.3, "large": 0.2}, streams)
+    cur = Curriculum([Stage(Mixture({"small": 0.2, "medium": 0.3, "large": 0.5}, streams), batches=1000),
+                      Stage(mix, batches=1000), Stage(Mixture({"large": 1}, streams))], batch_size=256)
+    MixturePlan(mix, StreamRows({"w": range(0, 4)} | {k: range(0, 2) for k in sizes}), 1).rows(0, 16)  # warm-up
+    rss_before = _rss()
+
+    def plan_blocks():
+        rows = StreamRows({k: range(int(a), int(b)) for k, a, b in zip(sizes, bounds[:-1], bounds[1:])})
+        plans = (MixturePlan(mix, rows, 7), CurriculumPlan(cur, rows, 7))
+        firsts = (0, 255_900, 10**9 + 5, 10**15)
+        return plans, [(b.min(), b.max()) for b in (plan.rows(f, 4096) for plan in plans for f in firsts)]
+
+    (plans, ranges), peak = traced_peak(plan_blocks)
+    assert all(low >= 0 and high < n for low, high in ranges)  # one block alive at a time
+    assert peak < 256 * 1024, f"tracemalloc peak {peak} bytes"
+    assert _rss() - rss_before < 16 * 1024 * 1024
+    assert sorted(plans[0].rows(0, 20)[plans[0].streams_at(0, 20) == 0]) == list(range(10))  # one small epoch
+    assert plans[1].stage_at(256 * 1500) == 1 and plans[1].stage_at(256 * 2000) == 2
