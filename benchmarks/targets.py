@@ -23,7 +23,7 @@ OURS, BATCHES, TO_NUMPY = "datasetrt", "datasetrt batches", "datasetrt batches .
 BATCHES_INPROC = "datasetrt batches in-process"
 LOADERX, PREAD, GATHER = "loaderx", "pread per record (limit)", "numpy memmap gather (limit)"
 STREAMING, LITDATA = "MosaicML Streaming", "LitData"
-TTD, TTB = "datasetrt to_torch_dataloader", "datasetrt to_torch_batches"
+TTD, TTB, TTBR = "datasetrt to_torch_dataloader", "datasetrt to_torch_batches", "datasetrt to_torch_batches, reader workers"
 TOKENS512 = "int32[512]"
 DEFAULT_BASELINE = Path(__file__).resolve().parent / "issue11-baseline.json"
 
@@ -134,6 +134,11 @@ def torch_targets(torch_rows: list[dict]) -> list[tuple[str, str, str, str]]:
         _line("to_torch_batches ahead of LitData (samples/s)", pairs(TTB, LITDATA), 1.0),
         _line("to_torch_batches first batch no later than Streaming's", pairs(TTB, STREAMING, "first_batch"), 1.0, lower_is_better=True),
         _line("to_torch_batches first batch no later than LitData's", pairs(TTB, LITDATA, "first_batch"), 1.0, lower_is_better=True),
+        _line("to_torch_batches, reader workers (no torch worker) >= 3x to_torch_dataloader", pairs(TTBR, TTD), 3.0),
+        _line("to_torch_batches, reader workers ahead of MosaicML Streaming (samples/s)", pairs(TTBR, STREAMING), 1.0),
+        _line("to_torch_batches, reader workers ahead of LitData (samples/s)", pairs(TTBR, LITDATA), 1.0),
+        _line("to_torch_batches, reader workers: first batch no later than Streaming's", pairs(TTBR, STREAMING, "first_batch"), 1.0, lower_is_better=True),
+        _line("to_torch_batches, reader workers: first batch no later than LitData's", pairs(TTBR, LITDATA, "first_batch"), 1.0, lower_is_better=True),
         _line("keep the lead: to_torch_dataloader ahead of Streaming", pairs(TTD, STREAMING), 1.0),
         _line("keep the lead: to_torch_dataloader ahead of LitData", pairs(TTD, LITDATA), 1.0),
     ]

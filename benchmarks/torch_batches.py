@@ -13,6 +13,11 @@ workers, batch 256, no shuffle, 2 torch workers with the given start method):
                                   path, the baseline of the ">= 3x" target
   datasetrt to_torch_batches      `ds.to_torch_batches(256, num_workers=2,
                                   multiprocessing_context=...)`, the batch's "payload" tensor
+  datasetrt to_torch_batches,     `ds.to_torch_batches(256, num_workers=0)` on
+    reader workers                `DatasetRuntime(num_workers=2, start_method=...)`: no torch
+                                  worker; the runtime's 2 reader processes gather each batch into
+                                  a ring slot and the tensors are views of it (docs/pytorch.md,
+                                  way 2). Its config's start method is the reader workers'.
   MosaicML Streaming              DataLoader(StreamingDataset(local=mds, batch_size=256)) over an MDS
                                   column `ndarray:int32:512` (benchmarks.stream_peers)
   LitData                         StreamingDataLoader(StreamingDataset(dir)) over numpy int32[512] items
@@ -42,6 +47,7 @@ install_streaming_package()  # a spawned DataLoader worker imports this module b
 
 TTD = "datasetrt to_torch_dataloader"
 TTB = "datasetrt to_torch_batches"
+TTBR = "datasetrt to_torch_batches, reader workers"
 TORCH_WORKERS = 2
 SEED = 11
 METHODS = {"smoke": ("fork",), "quick": ("fork", "spawn"), "full": ("fork", "spawn")}
@@ -71,7 +77,7 @@ def has_to_torch_batches() -> bool:
 
 
 def contenders(stream_peers: bool) -> list[str]:
-    return [TTD] + ([TTB] if has_to_torch_batches() else []) + ([STREAMING, LITDATA] if stream_peers else [])
+    return [TTD] + ([TTB, TTBR] if has_to_torch_batches() else []) + ([STREAMING, LITDATA] if stream_peers else [])
 
 
 def _loader(spec: dict):
@@ -85,8 +91,11 @@ def _loader(spec: dict):
 
     from benchmarks import torch_batches as mod  # transform/collate by importable name (spawn pickles them)
 
-    runtime = datasetrt.DatasetRuntime(num_workers=2)
+    runtime = datasetrt.DatasetRuntime(num_workers=2, start_method=method if contender == TTBR else None)
     ds = runtime.cached_dataset([spec["cache"]], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False))
+    if contender == TTBR:
+        dl = ds.to_torch_batches(BATCH, num_workers=0)
+        return dl, (lambda b: b["payload"]), runtime
     if contender == TTB:
         dl = ds.to_torch_batches(BATCH, num_workers=TORCH_WORKERS, multiprocessing_context=method)
         return dl, (lambda b: b["payload"] if isinstance(b, dict) else b), runtime

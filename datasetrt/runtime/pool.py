@@ -14,6 +14,13 @@ TaskDone or TaskFailed is routed); a run owns its ring and slots. A worker new t
 its OpenRun and then the ring's descriptor over its task socket (SCM_RIGHTS): shared memory has
 no name, so no process death can leave one behind (runtime/shm.py).
 
+Idle ring: a run that ends with no task in flight may hand its ring back (`close_run(run,
+keep_ring=ring)`); the pool keeps at most one such ring, mapped by the parent and by the workers
+that held it (`ring_holders`), and gives it to the next run asking for the same geometry
+(`take_ring`). Each epoch of a loop then reuses one ring instead of reserving, zero-filling and
+faulting in a new one (150 KiB x 256-record batches: a 150 MiB posix_fallocate per epoch). Any
+other run makes the pool drop it (ForgetRing to its holders); so does `close()`.
+
 SIGTERM: while a pool runs, a process whose SIGTERM disposition is the default gets a handler
 that raises SystemExit(143) in the main thread, so `finally` blocks and the runtime's cleanup
 run as for Ctrl-C and the exit status is still 143 (128 + SIGTERM). A handler the program
@@ -28,6 +35,7 @@ import io
 import itertools
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -45,6 +53,7 @@ from multiprocess.context import SpawnProcess, reduction, set_spawning_popen
 from datasetrt.errors import ConfigError, WorkerCrashedError, WorkerError, WorkerTimeoutError
 from datasetrt.runtime.protocol import (
     CloseRun,
+    ForgetRing,
     OpenRun,
     ReadTask,
     Shutdown,
@@ -150,6 +159,9 @@ class WorkerPool:
         self._zygote_pidfd: int | None = None
         self._status: _StatusChannel | None = None
         self._sigterm: type[_SigtermExit] | None = None  # set while this pool holds the SIGTERM handler
+        self.idle_ring = None  # a finished run's ring kept for the next run of its geometry
+        self._poller = _Poller()
+        self.ring_holders: dict[int, set[int]] = {}  # ring key -> workers that were sent it (and map it)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -227,6 +239,9 @@ class WorkerPool:
         if self.closed:
             return
         self.closed = True
+        ring, self.idle_ring = self.idle_ring, None
+        if ring is not None:
+            ring.close()  # the workers' mappings go with the workers
         if self._finalizer is not None:
             self._finalizer()
         else:
@@ -296,21 +311,61 @@ class WorkerPool:
                 self.close()
                 raise
             run.workers.add(worker)
+            self.ring_holders.setdefault(run.opening.ring_key, set()).add(worker)
         self.inflight[worker] += 1
         self._send(worker, task)
         return worker
 
-    def close_run(self, run: PoolRun) -> None:
+    def close_run(self, run: PoolRun, keep_ring=None) -> bool:
         """Idempotent: drop the run's handler and tell the workers that opened it (CloseRun: they
-        unmap its ring). Results of the run that still arrive are discarded."""
+        unmap its ring). Results of the run that still arrive are discarded. With `keep_ring`
+        (the run's `Ring`; only with no task of the run in flight) the pool keeps it as its idle
+        ring, replacing any other, and the workers keep it mapped. Returns whether it was kept
+        (if not, the caller closes its ring)."""
         if self.handlers.pop(run.run_id, None) is None:
-            return  # closed already
+            return False  # closed already
+        keep = keep_ring is not None and not self.closed
+        if keep:
+            self._drop_idle_ring()
+            self.idle_ring = keep_ring
         if not self.closed:
-            for worker in sorted(run.workers):
-                try:
-                    self._send(worker, CloseRun(run.run_id))
-                except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
-                    break
+            key = run.opening.ring_key if run.opening is not None else None
+            try:
+                for worker in sorted(run.workers):
+                    self._send(worker, CloseRun(run.run_id, keep))
+                if not keep and key is not None:
+                    # Workers that kept this ring from an earlier run and had no task in this one.
+                    for worker in sorted(self.ring_holders.pop(key, set()) - run.workers):
+                        self._send(worker, ForgetRing(key))
+            except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
+                pass
+        if keep and self.closed:  # a worker died while we told them: nothing to keep it for
+            self.idle_ring = None
+            return False
+        return keep
+
+    def take_ring(self, slots: int, layout) -> object | None:
+        """The idle ring if it has exactly `slots` slots of `layout` (it is the caller's now),
+        else None after dropping it (ForgetRing to the workers that map it)."""
+        ring = self.idle_ring
+        if ring is not None and ring.slots == slots and ring.layout == layout:
+            self.idle_ring = None
+            return ring
+        self._drop_idle_ring()
+        return None
+
+    def _drop_idle_ring(self) -> None:
+        ring, self.idle_ring = self.idle_ring, None
+        if ring is None:
+            return
+        holders = self.ring_holders.pop(ring.key, set())
+        try:
+            for worker in sorted(holders):
+                if not self.closed:
+                    self._send(worker, ForgetRing(ring.key))
+        except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
+            pass
+        ring.close()
 
     def _send(self, worker: int, msg: object) -> None:
         if self.closed:
@@ -335,7 +390,7 @@ class WorkerPool:
         waitables = [*self.result_conns, *(p.sentinel for p in self.procs if p.sentinel is not None)]
         if self._zygote is not None:
             waitables += [self._status.conn, self._zygote_pidfd]
-        ready = wait(waitables, timeout_s)
+        ready = self._poller.wait(waitables, timeout_s)
         if not ready and idle_ok:
             return
         if not ready:
@@ -344,12 +399,14 @@ class WorkerPool:
             raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {pids})")
         for worker, conn in enumerate(self.result_conns):
             if conn in ready:
-                while conn.poll():
+                while True:
                     try:
                         msg = pickle.loads(conn.recv_bytes())
                     except (EOFError, OSError):
                         self._raise_dead(worker)
                     self._route(msg)
+                    if not self._poller.readable(conn):
+                        break
         if self._zygote is not None and self._status.conn in ready:
             self._status.pump(0.0)
         for worker, proc in enumerate(self.procs):
@@ -383,6 +440,39 @@ class WorkerPool:
         self.close()
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}")
+
+
+class _Poller:
+    """`multiprocess.connection.wait` for the pool's hot loop: one `select.poll` object kept while
+    the set of waitables stays the same (wait() builds and registers a new selector on every call,
+    and Connection.poll() another: ~2 per batch, a third of the parent's CPU per batch on 2 KiB x
+    256-record batches), and one per connection for "another message waiting?" checks."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, ...] = ()
+        self._poll = select.poll()
+        self._by_fd: dict[int, object] = {}
+        self._single: dict[int, select.poll] = {}
+
+    def wait(self, waitables: list, timeout_s: float) -> list:
+        """The waitables (connections or descriptors) readable within timeout_s, as given."""
+        fds = tuple(w if isinstance(w, int) else w.fileno() for w in waitables)
+        if fds != self._key:
+            self._poll = select.poll()
+            for fd in fds:
+                self._poll.register(fd, select.POLLIN)
+            self._key, self._by_fd = fds, dict(zip(fds, waitables))
+        events = self._poll.poll(None if timeout_s is None else max(0, int(timeout_s * 1000 + 0.999)))
+        return [self._by_fd[fd] for fd, _ in events]
+
+    def readable(self, conn) -> bool:
+        """Whether `conn` has data (or EOF) now, without blocking."""
+        fd = conn.fileno()
+        poll = self._single.get(fd)
+        if poll is None:
+            poll = self._single[fd] = select.poll()
+            poll.register(fd, select.POLLIN)
+        return bool(poll.poll(0))
 
 
 class _StatusChannel:

@@ -10,12 +10,16 @@ descriptors), results worker -> parent (a pipe); every message is one pickled da
 every worker's process sentinel at once (`multiprocess.connection.wait`), so a dead worker wakes
 it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.py) owns its ring.
   parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask of
-                                  the run: the caches (`CacheSet`) and the ring's `SlotLayout`,
-                                  followed at once by the ring's memfd as one SCM_RIGHTS byte
-                                  (runtime/shm.py send_fd / recv_fd): the ring has no name
+                                  the run: the caches (`CacheSet`), the ring's `SlotLayout` and
+                                  its `ring_key`, followed at once by the ring's memfd as one
+                                  SCM_RIGHTS byte (runtime/shm.py send_fd / recv_fd): the ring
+                                  has no name. A worker that still maps the ring of that key
+                                  (kept from an earlier run) uses its mapping and closes the fd
                      ReadTask     fill slot `slot` for window positions [first, first+count):
                                   the parent wrote their plan into the slot's header first
-                     CloseRun     after the run ends; the worker unmaps the run's files
+                     CloseRun     after the run ends; the worker unmaps the run's ring
+                                  unless `keep_ring` (the pool kept it idle for a next run)
+                     ForgetRing   the pool dropped its idle ring `ring_key`: unmap it
                      Shutdown     the worker exits 0
   zygote -> parent   WorkerForked (spawn) worker i runs as pid p; WorkerExited: it exited
                                   with this code (the zygote forks and reaps the workers)
@@ -62,6 +66,7 @@ class OpenRun:
     run_id: int
     caches: CacheSet
     layout: SlotLayout
+    ring_key: int  # names the ring across runs: a kept ring is opened again under the same key
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +77,21 @@ class ReadTask:
     count: int
     slot: int
 
+    def __reduce__(self):
+        # One per batch each way: pickled as a constructor call, not through the slots
+        # dataclass's __getstate__ (dataclasses.fields() on every message: ~3x the bytes and time).
+        return ReadTask, (self.run_id, self.task_id, self.first, self.count, self.slot)
+
 
 @dataclass(frozen=True, slots=True)
 class CloseRun:
     run_id: int
+    keep_ring: bool = False  # True: keep the ring mapped (ForgetRing or a later CloseRun unmaps it)
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetRing:
+    ring_key: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,9 @@ class TaskDone:
     first: int
     rows: int
     need_bytes: int
+
+    def __reduce__(self):  # (as ReadTask's)
+        return TaskDone, (self.worker, self.run_id, self.task_id, self.slot, self.first, self.rows, self.need_bytes)
 
 
 @dataclass(frozen=True, slots=True)

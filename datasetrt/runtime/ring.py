@@ -22,6 +22,7 @@ last view is gone, whatever happened to the run, its files and its workers meanw
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import weakref
 from collections import deque
@@ -33,19 +34,24 @@ from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import PARENT, SlotLayout
 
 
+_RING_KEYS = itertools.count(1)
+
+
 class Ring:
     """`slots` slots of `layout` in one anonymous shared file (created here, pages reserved;
-    `name` labels it in /proc maps).
+    `name` + key labels it in /proc maps). `key` names it to the workers (unique in this process), also
+    across the runs that reuse it (runtime/pool.py, "Idle ring").
 
     Each slot's full-length views are made once, here (a view costs a few microseconds, and a
     task reads or writes eight of them); `array`, `region` and `chunk` hand out slices of them.
     """
 
     def __init__(self, name: str, layout: SlotLayout, slots: int) -> None:
-        self.name = name
+        self.key = next(_RING_KEYS)
+        self.name = f"{name}{self.key}"
         self.layout = layout
         self.slots = slots
-        self.map, self.fd = create_shared_memory(name, slots * layout.slot_bytes)
+        self.map, self.fd = create_shared_memory(self.name, slots * layout.slot_bytes)
         self._close_fd = weakref.finalize(self, os.close, self.fd)
         self.free: deque[int] = deque(range(slots))
         self._leases: dict[int, weakref.ref] = {}  # slot -> weakref of its lease array, while leased

@@ -147,14 +147,17 @@ class ParallelRun:
         self._todo: list[tuple[int, int]] = []  # heap of continuation ranges, served first
         self._next_first = 0
         self._done: dict[int, tuple[TaskDone, int]] = {}  # window position -> (result, task count)
+        self._held: int | None = None  # "records": the slot of the chunk the consumer has (freed at its next request)
         self._failure: TaskFailed | None = None
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
         self._run: PoolRun = self.pool.open_run(self._on_message)
         self.run_id, self._closed = self._run.run_id, False
         try:
-            self.ring = Ring(f"run{self.run_id}-ring", self.shape.layout, self.shape.slots)
-            self._run.opening, self._run.ring_fd = OpenRun(self.run_id, spec.caches, self.shape.layout), self.ring.fd
+            self.ring = (self.pool.take_ring(self.shape.slots, self.shape.layout)
+                         or Ring("ring", self.shape.layout, self.shape.slots))
+            self._run.opening = OpenRun(self.run_id, spec.caches, self.shape.layout, self.ring.key)
+            self._run.ring_fd = self.ring.fd
         except BaseException:
             self.close()
             raise
@@ -224,7 +227,6 @@ class ParallelRun:
     def __iter__(self) -> Iterator[Chunk]:
         ring = self.ring
         position = 0
-        held: int | None = None  # the slot of the chunk the consumer has: freed at its next request
         try:
             # Head start: while no worker has reported ready (a pool just launched: ~0.1 s for
             # spawn), read the head of the window in this process; tasks start where it stopped.
@@ -240,9 +242,9 @@ class ParallelRun:
                 head.close()
                 self._next_first = position
             while position < self.window.length:
-                if held is not None:
-                    ring.release(held)
-                    held = None
+                if self._held is not None:
+                    ring.release(self._held)
+                    self._held = None
                 done, count = self._wait_for(position)
                 if done.rows == 0:
                     # The next record alone exceeds a slot: read it here, queue the rest.
@@ -252,7 +254,7 @@ class ParallelRun:
                     if count > 1:
                         heapq.heappush(self._todo, (position, count - 1))
                     continue
-                held = done.slot
+                self._held = done.slot
                 yield ring.chunk(done.slot, position, done.rows)
                 position += done.rows
         finally:
@@ -266,13 +268,32 @@ class ParallelRun:
                                         out=np.empty(0, dtype=np.uint8))
 
     def close(self) -> None:
-        """Idempotent: close the ring (descriptor and mapping), then let the pool drop the run
-        (handler, CloseRun to the workers that opened it). When the pool closes first
-        (`runtime.close()` with iterators still open), the workers' mappings go with the workers
-        and the ring's memory when this run is closed or collected."""
+        """Idempotent: let the pool drop the run (handler, CloseRun to the workers that opened
+        it) and close the ring (descriptor and mapping) — or, when no task is in flight and the
+        run did not fail, hand the ring to the pool as its idle ring for the next run of the same
+        geometry (runtime/pool.py). When the pool closes first (`runtime.close()` with iterators
+        still open), the workers' mappings go with the workers and the ring's memory when this
+        run is closed or collected."""
         if self._closed:
             return
         self._closed = True
-        if self.ring is not None:
-            self.ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
-        self.pool.close_run(self._run)
+        ring = self.ring
+        kept = self.pool.close_run(self._run, keep_ring=ring if self._reusable() else None)
+        if ring is not None and not kept:
+            ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
+
+    def _reusable(self) -> bool:
+        """Whether the ring can serve another run: no task in flight (no worker can still write
+        a slot) and no failure; then the slots of finished tasks not consumed and of the chunk
+        the consumer held go back, and every slot is free or leased (a lease returns its slot
+        when its views are gone, in whichever run)."""
+        ring = self.ring
+        if ring is None or self._task_counts or self._failure is not None:
+            return False
+        for done, _count in self._done.values():
+            ring.release(done.slot)
+        self._done.clear()
+        if self._held is not None:
+            ring.release(self._held)
+            self._held = None
+        return len(ring.free) + ring.leased == ring.slots

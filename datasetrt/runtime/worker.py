@@ -33,6 +33,7 @@ from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.protocol import (
     HEAVY_MODULES,
     CloseRun,
+    ForgetRing,
     OpenRun,
     ReadTask,
     Shutdown,
@@ -71,30 +72,45 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="datasetrt-parent-watch", daemon=True).start()
 
 
-class _Run:
-    """A run as one worker sees it: its ring mapping, slot layout and the cache gatherer."""
+class _RingMap:
+    """A ring as one worker maps it: the mapping, its memoryview and the slot views this worker
+    made (once per slot). It lives from the OpenRun that brought its descriptor until a CloseRun
+    without `keep_ring` or a ForgetRing: a ring the pool keeps idle between runs stays mapped, so
+    the next run of the same shape costs no new mapping and no page faults."""
 
-    def __init__(self, spec: OpenRun, reader: Gatherer, ring_fd: int) -> None:
-        self.ring = attach_shared_memory(ring_fd, writable=True)  # closes ring_fd: the mapping holds the memory
-        self.spec = spec
-        self.reader = reader
-        self.layout = spec.layout
-        self.fill = FILLERS[spec.layout.kind]
-        self.view = memoryview(self.ring)
-        self.slots: dict[int, WorkerSlot] = {}  # views of the slots this worker filled, made once
+    def __init__(self, ring_fd: int) -> None:
+        self.map = attach_shared_memory(ring_fd, writable=True)  # closes ring_fd: the mapping holds the memory
+        self.view = memoryview(self.map)
+        self.slots: dict[int, WorkerSlot] = {}
 
-    def execute(self, task: ReadTask) -> tuple[int, int]:
-        """Fill the task's slot from the plan in its header: (rows, need_bytes) for TaskDone."""
-        slot = self.slots.get(task.slot)
-        if slot is None:
-            slot = self.slots[task.slot] = WorkerSlot(self.view, self.layout, task.slot)
-        return self.fill(self.reader, slot, task.count)
+    def slot(self, layout, index: int) -> WorkerSlot:
+        slot = self.slots.get(index)
+        if slot is None or (slot.layout is not layout and slot.layout != layout):
+            if slot is not None:
+                slot.release()
+            slot = self.slots[index] = WorkerSlot(self.view, layout, index)
+        return slot
 
     def close(self) -> None:
         for slot in self.slots.values():
             slot.release()
         self.view.release()
-        self.ring.close()
+        self.map.close()
+
+
+class _Run:
+    """A run as one worker sees it: its ring (by key), slot layout and the cache gatherer."""
+
+    def __init__(self, spec: OpenRun, reader: Gatherer, ring: _RingMap) -> None:
+        self.spec = spec
+        self.reader = reader
+        self.ring = ring
+        self.layout = spec.layout
+        self.fill = FILLERS[spec.layout.kind]
+
+    def execute(self, task: ReadTask) -> tuple[int, int]:
+        """Fill the task's slot from the plan in its header: (rows, need_bytes) for TaskDone."""
+        return self.fill(self.reader, self.ring.slot(self.layout, task.slot), task.count)
 
 
 def _fill_records(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, int]:
@@ -140,6 +156,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
     _send(result_conn, WorkerReady(index, os.getpid(), tuple(m for m in HEAVY_MODULES if m in sys.modules)))
     readers: OrderedDict[str, Gatherer] = OrderedDict()
     runs: dict[int, _Run] = {}
+    rings: dict[int, _RingMap] = {}  # ring key -> mapping (of open runs, and kept idle ones)
     while True:
         try:
             msg = pickle.loads(task_conn.recv_bytes())
@@ -166,8 +183,11 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
                     reader = Gatherer(handles, verify_records=caches.verify_records)
                 readers[caches.key] = reader
-                fd, ring_fd = ring_fd, -1
-                runs[msg.run_id] = _Run(msg, reader, fd)
+                ring = rings.get(msg.ring_key)
+                if ring is None:
+                    fd, ring_fd = ring_fd, -1
+                    ring = rings[msg.ring_key] = _RingMap(fd)
+                runs[msg.run_id] = _Run(msg, reader, ring)
                 _evict_idle(readers, runs)
             except BaseException as exc:  # noqa: BLE001
                 _report(result_conn, index, msg.run_id, -1, exc)
@@ -177,12 +197,15 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
         elif isinstance(msg, CloseRun):
             run = runs.pop(msg.run_id, None)
             if run is not None:
-                run.close()
+                if not msg.keep_ring:
+                    _forget(rings, run.spec.ring_key)
                 _evict_idle(readers, runs)
+        elif isinstance(msg, ForgetRing):
+            _forget(rings, msg.ring_key)
         elif isinstance(msg, Shutdown):
             break
-    for run in runs.values():
-        run.close()
+    for ring in rings.values():
+        ring.close()
     for reader in readers.values():
         reader.close()
     task_conn.close()
@@ -235,6 +258,12 @@ def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: i
             except OSError:
                 pass  # the parent closed its end: it is shutting down
     status_conn.close()
+
+
+def _forget(rings: dict, key: int) -> None:
+    ring = rings.pop(key, None)
+    if ring is not None:
+        ring.close()
 
 
 def _evict_idle(readers: OrderedDict, runs: dict) -> None:

@@ -122,6 +122,22 @@ def shm_entries(pid: int | None = None) -> list[str]:
     return sorted(p.name for p in SHM.glob(f"datasetrt-{pid or os.getpid()}-*"))
 
 
+def idle_ring(runtime) -> list[str]:
+    """The reader pool's idle ring (kept between runs, runtime/pool.py) as `ring_maps` names it;
+    [] when the pool keeps none."""
+    pool = runtime._worker_pool
+    ring = None if pool is None else pool.idle_ring
+    if ring is None:
+        return []
+    return [f"datasetrt-{os.getpid()}-{ring.name}@{os.fstat(ring.fd).st_ino}"]
+
+
+def loose_rings(runtime, pid: int | str = "self") -> list[str]:
+    """Rings `pid` maps other than the pool's idle ring: none once every run has ended."""
+    idle = set(idle_ring(runtime))
+    return [name for name in ring_maps(pid) if name not in idle]
+
+
 def ring_maps(pid: int | str = "self") -> list[str]:
     """The datasetrt shared-memory files `pid` has mapped (memfds: `name@inode`, one per ring)."""
     found = set()

@@ -129,3 +129,24 @@ def test_abandoned_iterator_leaves_held_batches_readable_and_nothing_behind(cach
     del held, tensor, batch
     gc.collect()
     assert set(os.listdir("/proc/self/fd")) <= fds_before
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_epochs_share_one_ring_and_held_batches_of_an_earlier_epoch_keep_their_bytes(cache, runtimes, method):
+    """Each epoch's run takes the ring the last one left idle (runtime/pool.py); batches held from
+    an earlier epoch keep their slots leased (the new run works with the others) and their bytes,
+    and every epoch reads what the in-process reader reads for the same window."""
+    runtime = runtimes(method, 2)
+    ds, ref = _open(cache, runtime, shuffle=True), _open(cache, None, shuffle=True)
+    held, rings = [], set()
+    for _epoch in range(3):
+        want = np.concatenate([b.to_numpy() for b in ref.iter_batches(16)])  # the same window, in-process
+        batches = list(ds.iter_batches(16))  # every batch of the epoch held until its end
+        rings.add(runtime._worker_pool.idle_ring.key)
+        assert np.array_equal(np.concatenate([b.to_numpy() for b in batches]), want)
+        held.append((want, batches[-2:]))  # two leased batches of each epoch stay held
+        del batches
+    assert len(rings) == 1  # one ring served the three epochs
+    for want, last_two in held:
+        got = np.concatenate([b.to_numpy() for b in last_two])  # (600 = 37 x 16 + 8 rows)
+        assert len(got) == 24 and np.array_equal(got, want[-24:])

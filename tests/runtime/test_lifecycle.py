@@ -23,6 +23,8 @@ from tests.runtime.conftest import (
     active_run,
     child_pids,
     consume_within,
+    idle_ring,
+    loose_rings,
     ring_maps,
     shm_entries,
     take,
@@ -105,13 +107,13 @@ def test_workers_start_lazily_and_are_reused_across_iterators_and_datasets(share
     assert shm_entries() == []
 
 
-def test_ring_lives_while_iterating_and_goes_when_exhausted(shared, paths):
+def test_ring_lives_while_iterating_and_is_kept_idle_for_the_next_run_of_its_shape(shared, paths):
     ds = dataset(paths, shared)
     it = iter(ds)
     take(it, 3)
     [ring] = ring_maps()
     run = active_run(shared)
-    assert ring.startswith(f"datasetrt-{os.getpid()}-run{run.run_id}-ring@")
+    assert ring.startswith(f"datasetrt-{os.getpid()}-ring{run.ring.key}@")
     assert shm_entries() == []  # the ring has no name: private to this process and its workers
     assert os.fstat(run.ring.fd).st_nlink == 0
     assert os.fstat(run.ring.fd).st_size == run.shape.slots * run.shape.slot_bytes
@@ -119,9 +121,17 @@ def test_ring_lives_while_iterating_and_goes_when_exhausted(shared, paths):
         assert ring_maps(pid) in ([ring], [])
     del run  # (a run's ring is unmapped when its last view goes; this test held the run)
     assert len(list(it)) == 697
-    assert ring_maps() == [] and shared._worker_pool.handlers == {}
-    for pid in shared.worker_pids:  # CloseRun: the workers unmapped it too
-        assert ring_maps(pid) == []
+    # Exhausted with no task in flight: the pool keeps the ring for the next run of its shape.
+    assert idle_ring(shared) == [ring] and ring_maps() == [ring] and shared._worker_pool.handlers == {}
+    for pid in shared.worker_pids:
+        assert ring_maps(pid) in ([ring], [])
+    assert len(list(ds)) == 700 and ring_maps() == [ring]  # the next epoch reads through the same ring
+    # A run of another shape (a larger prefetch: more slots) drops it, in the workers too (ForgetRing).
+    assert len(list(dataset(paths, shared, prefetch_size=4096))) == 700
+    [other] = idle_ring(shared)
+    assert other != ring and ring_maps() == [other]
+    for pid in shared.worker_pids:
+        assert ring_maps(pid) in ([other], [])
 
 
 def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
@@ -131,7 +141,7 @@ def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
     assert len(ring_maps()) == 1 and shm_entries() == []
     del it
     gc.collect()
-    assert ring_maps() == [] and shared._worker_pool.handlers == {}
+    assert loose_rings(shared) == [] and shared._worker_pool.handlers == {}  # (at most the idle ring)
     assert shared.worker_pids == pids
     assert len(list(dataset(paths, shared))) == 700
 
@@ -280,22 +290,23 @@ def test_close_stops_every_worker(paths):
     rt.close()  # idempotent
 
 
-def test_del_runtime_and_gc_stops_workers_and_cleans_shm(paths):
+def test_del_runtime_and_gc_stops_workers_and_cleans_shm(paths, shared):
+    # (`shared`'s idle ring, if any, is another runtime's: loose_rings(shared) leaves it out)
     before = child_pids()
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     ds = dataset(paths, rt)
     it = iter(ds)
     take(it, 4)
     pids = rt.worker_pids
-    assert len(ring_maps()) == 1 and shm_entries() == []
+    assert len(loose_rings(shared)) == 1 and shm_entries() == []
     del it, ds, rt
     gc.collect()
-    assert shm_entries() == [] and ring_maps() == []
+    assert shm_entries() == [] and loose_rings(shared) == []
     assert wait_pids_gone(pids) == []
     assert child_pids() <= before
 
 
-def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_iterator(paths):
+def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_iterator(paths, shared):
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     it = iter(dataset(paths, rt))
     take(it, 4)
@@ -304,11 +315,11 @@ def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_it
     try:
         assert not child_pids() & set(pids)
         assert shm_entries() == []
-        assert len(ring_maps()) == 1  # the iterator's chunk may still be viewed: only this process maps it
+        assert len(loose_rings(shared)) == 1  # the iterator's chunk may still be viewed: only this process maps it
     finally:
         del it
         gc.collect()
-    assert ring_maps() == []
+    assert loose_rings(shared) == []
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])  # spawn: closed during the in-process head start
