@@ -216,6 +216,7 @@ def test_payload_spec():
     (b'{"a": [1, 2', "EOF while parsing a list"),
     (b'{"a": "x', "EOF while parsing a string"),
     (b'{"a": "x\\"', "EOF while parsing a string"),  # an escaped quote does not end the string
+    (b'{"a": "x\\"", "b": [1', "EOF while parsing a list"),  # ... and the character after it is not escaped
     (b'{\n  "a": 1,', "EOF while parsing an object at line 2 column 9"),  # the column counts from the last newline
     (b"", "EOF while parsing a value at line 1 column 0"),
     (b'{"a": 1}}', "syntax error"),
@@ -306,3 +307,12 @@ def test_a_long_bad_value_is_shown_as_its_first_80_characters_of_json():
     d["sample_count"] = "9" * 200
     message = refused(d, "for field `sample_count`")
     assert f'invalid value: `"{"9" * 79}` for field' in message, message
+
+
+def test_to_json_refuses_a_non_finite_ratio():
+    """NaN and infinities are not JSON (dataset-rt's serde parser refuses them): a manifest holding
+    one is never written."""
+    for ratio in (float("nan"), float("inf")):
+        m = manifest(shards=(ShardEntry("000000.bin", 9, 9, "none", ratio, SHA),))
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            m.to_json()
