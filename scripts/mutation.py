@@ -161,6 +161,13 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "the except branch is unreachable (see the `return True` mutant)"),
         Equivalent("_bad", "NumberReplacer", "repr(value)[:",
                    "the repr branch runs only when `_jsonable` is False, which never happens (see `_jsonable`)"),
+        Equivalent("uint", "ReplaceComparisonOperator_Lt_LtE", "value <= 0:",
+                   "differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
+                   "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
+                   "DICT_MAX_BYTES)"),
+        Equivalent("uint", "NumberReplacer", "value < 1:",
+                   "differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
+                   "caller's maximum is positive"),
     ),
 }
 
