@@ -165,6 +165,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
                    "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
                    "DICT_MAX_BYTES)"),
+        Equivalent("_check_cache_state", "NumberReplacer", "shards[users[ -1]].algo",
+                   "every shard in `users` has a codec with cache state, and zstd_dict is the only one "
+                   "(datasetrt.codecs): the first and the last user name the same algo"),
         Equivalent("uint", "NumberReplacer", "value < 1:",
                    "differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
                    "caller's maximum is positive"),
