@@ -159,7 +159,7 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "serialises, so `_jsonable` never takes its except branch"),
         Equivalent("_jsonable", "ExceptionReplacer", "except (",
                    "the except branch is unreachable (see the `return True` mutant)"),
-        Equivalent("_bad", "NumberReplacer", "repr(value)[:",
+        Equivalent("_bad", "NumberReplacer", "else repr(value)[: ",
                    "the repr branch runs only when `_jsonable` is False, which never happens (see `_jsonable`)"),
         Equivalent("uint", "ReplaceComparisonOperator_Lt_LtE", "value <= 0:",
                    "differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
