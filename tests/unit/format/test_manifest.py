@@ -316,3 +316,11 @@ def test_to_json_refuses_a_non_finite_ratio():
         m = manifest(shards=(ShardEntry("000000.bin", 9, 9, "none", ratio, SHA),))
         with pytest.raises(ValueError, match="not JSON compliant"):
             m.to_json()
+
+
+def test_to_json_writes_non_ascii_as_utf8_like_serde():
+    """serde_json writes strings raw (UTF-8), never as \\u escapes: a source name with é and 😀
+    is in the file as those characters."""
+    text = manifest(source_name="café-😀").to_json()
+    assert '"source_name": "café-😀"' in text and "\\u" not in text
+    assert parse_manifest(text.encode(), PATH).source_name == "café-😀"
