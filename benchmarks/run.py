@@ -49,7 +49,7 @@ the fresh process, peak tree PSS, time relative to datasetrt; lengths must be 8 
 With more than one timed repeat, repeat 0 is an extra untimed pass (digests; warm-up). No speed is
 asserted; the exit status is 1 only when some contender's bytes (or open length) differ.
 
-Usage: python -m benchmarks.run (--quick | --full | --smoke) [--workers 2] [--repeats R]
+Usage: python -m benchmarks.run (--quick | --full | --smoke) [--workers 2] [--repeats R] [--workloads A,B]
                                 [--out bench-out/suite.json] [--plot FILE.png] [--[no-]stream-peers]
                                 [--no-torch] [--baseline FILE] [--save-baseline FILE]
 """
@@ -675,12 +675,22 @@ def main() -> None:
                         help="torch end to end on the int32[512] workload (benchmarks.torch_batches)")
     parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, help="figures the 'vs baseline' targets compare with")
     parser.add_argument("--save-baseline", type=Path, default=None, help="record this run's datasetrt CPU / PSS figures as a baseline")
+    parser.add_argument("--workloads", default=None,
+                        help="comma-separated names of the mode's workloads to run (default: all of them; "
+                             "the many-small write and the open section always run)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_child(json.loads(args.child))))
         return
     mode = args.mode or "quick"
+    workloads = MODES[mode]
+    if args.workloads is not None:
+        wanted = args.workloads.split(",")
+        unknown = sorted(set(wanted) - {w[0] for w in workloads})
+        if unknown:
+            parser.error(f"--workloads: {unknown} not in --{mode}'s {[w[0] for w in workloads]}")
+        workloads = [w for w in workloads if w[0] in wanted]
     stream_peers = mode in STREAM_PEER_MODES if args.stream_peers is None else args.stream_peers
     timed_repeats = args.repeats or REPEATS[mode]
     repeats = timed_repeats + (1 if timed_repeats > 1 else 0)
@@ -694,7 +704,7 @@ def main() -> None:
     failures: list[str] = []
     phase_s = {"write": 0.0, "open": 0.0, "torch": 0.0}
     try:
-        for name, kind, size, count, algos in MODES[mode]:
+        for name, kind, size, count, algos in workloads:
             algo_list = algos.split(",")
             wl = prepare(workdir / name.replace(" ", ""), name, kind, size, count, algo_list, args.workers, stream_peers)
             sizes[name] = wl["bytes"] / count

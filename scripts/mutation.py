@@ -107,6 +107,9 @@ class Equivalent:
     reason: str
 
 
+_ZERO_IS_IN_RANGE = ("differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
+                     "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
+                     "DICT_MAX_BYTES)")
 EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "sampling/planner": (
         Equivalent("__init__", "NumberReplacer", "scale: float = ",
@@ -159,8 +162,13 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "serialises, so `_jsonable` never takes its except branch"),
         Equivalent("_jsonable", "ExceptionReplacer", "except (",
                    "the except branch is unreachable (see the `return True` mutant)"),
-        Equivalent("_bad", "NumberReplacer", "repr(value)[:",
+        Equivalent("_bad", "NumberReplacer", "else repr(value)[: ",
                    "the repr branch runs only when `_jsonable` is False, which never happens (see `_jsonable`)"),
+        Equivalent("uint", "ReplaceComparisonOperator_Lt_LtE", "value <= 0:", _ZERO_IS_IN_RANGE),
+        Equivalent("uint", "NumberReplacer", "value < 1:", _ZERO_IS_IN_RANGE),
+        Equivalent("_check_cache_state", "NumberReplacer", "shards[users[ -1]].algo",
+                   "every shard in `users` has a codec with cache state, and zstd_dict is the only one "
+                   "(datasetrt.codecs): the first and the last user name the same algo"),
     ),
 }
 

@@ -6,6 +6,7 @@ value. Skipped only when Ray is not installed (the `ray` extra)."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +25,13 @@ ROWS = 1000
 
 @pytest.fixture(scope="module")
 def cluster():
+    """A local Ray cluster for the module. ray.init installs its own handlers in this process
+    (SIGTERM: `sigterm_handler`) and ray.shutdown leaves them; the previous handlers are put
+    back, so later tests in the same process (test_preemption's SIGTERM checks) see the
+    runner's own, not Ray's."""
     root = str(Path(__file__).resolve().parents[2])
+    before = {sig: signal.getsignal(sig) for sig in signal.valid_signals()
+              if sig not in (signal.SIGKILL, signal.SIGSTOP)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": root}})
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -32,6 +39,9 @@ def cluster():
         yield
     finally:
         ray.shutdown()
+        for sig, handler in before.items():
+            if handler is not None and signal.getsignal(sig) is not handler:  # None: set outside Python
+                signal.signal(sig, handler)
 
 
 def rows(n: int = ROWS, null_at: int | None = None) -> pa.Table:

@@ -14,12 +14,14 @@ the same 1,400 cases every time. Outcome counts are printed at the end of the mo
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
@@ -28,7 +30,7 @@ from hypothesis import strategies as st
 
 import datasetrt as drt
 from datasetrt.errors import IntegrityError, WorkerCrashedError, WorkerTimeoutError
-from tests.reliability import is_typed, probe, reader_config, write_template
+from tests.reliability import Probe, is_typed, probe, reader_config, write_template
 
 ALGOS = ("none", "lz4", "zstd", "zstd_dict")
 N_SAMPLES = 6
@@ -172,8 +174,23 @@ def apply(cache: Path, sibling: Path, name: str, kind: str, params: tuple) -> No
 # -- the property -------------------------------------------------------------------------------
 
 
-def classify(result, samples, table) -> tuple[str, bool]:
-    """(outcome label, samples identical?) of one probe; fails on a contract breach."""
+def manifest_cache_id(cache: Path) -> int | None:
+    """The cache_id the damaged manifest.json now states (None when it no longer parses to one)."""
+    try:
+        value = json.loads((cache / "manifest.json").read_bytes())["cache_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if type(value) is int else None
+
+
+def classify(result, samples, table, new_cache_id: int | None = None) -> tuple[str, bool]:
+    """(outcome label, samples identical?) of one probe; fails on a contract breach.
+
+    `new_cache_id`: the cache_id the damaged manifest states. Any u64 cache_id opens, as in
+    dataset-rt 0.4.8 (test_hostile_manifest.py), so a manifest whose cache_id was changed is
+    accepted data under the new id, not corruption: output equal to the original except that
+    every sample's cache_id (and the table's cache_id column) is `new_cache_id` is "new cache_id".
+    Any other difference, or a cache_id that is not the manifest's, is still a breach."""
     if result.stage is not None:
         err = result.error
         assert is_typed(err), f"non-datasetrt exception at {result.stage}: {type(err).__mro__}: {err!r}"
@@ -182,6 +199,14 @@ def classify(result, samples, table) -> tuple[str, bool]:
         return f"{type(err).__name__}@{result.stage}", False
     got = result.samples
     assert len(got) == len(samples), f"{len(got)} samples read, {len(samples)} written"
+    renamed = bool(samples) and new_cache_id is not None and new_cache_id != samples[0].cache_id
+    if renamed:
+        want_samples = [s._replace(cache_id=new_cache_id) for s in samples]
+        if got == want_samples:
+            want_table = table.with_columns(pl.lit(new_cache_id, dtype=table.schema["cache_id"]).alias("cache_id"))
+            assert result.table.equals(want_table), (
+                f"cache_id changed to {new_cache_id} and get_metadata() differs beyond the cache_id column")
+            return "new cache_id", False
     for want, have in zip(samples, got):
         assert have == want, f"a different sample was returned silently: {have!r} != {want!r}"
     return "identical", True
@@ -201,8 +226,9 @@ def check_case(template, name, kind, params, fork_rt, counts: Counter) -> None:
             for validate in (False, True):
                 # parallel probes run on this (main) thread: worker_timeout_s bounds them
                 result = probe(cache, validate=validate, runtime=runtime, threaded=runtime is None)
-                outcome, same = classify(result, samples, table)
+                outcome, same = classify(result, samples, table, manifest_cache_id(cache))
                 counts[where] += 1
+                counts[outcome] += 1
                 OUTCOMES[(where, validate, outcome)] += 1
                 BY_FILE[(short, kind, outcome.split("@")[0])] += 1
                 if same and not result.table.equals(table):
@@ -241,11 +267,29 @@ def test_corrupted_cache_is_identical_or_typed_error(templates, fork_rt, algo):
         check_case(template, *mutation, fork_rt, counts)
 
     run()
+    # Explicit cases, after the stream (so it and its every-10th forked probes stay as they were;
+    # not @example, which would change the derandomized seed): a changed cache_id, as 0 (the
+    # `number` case @reproduce_failure('6.170.17', b'AEECQQlBAUEA') found on lz4) and as its last
+    # digit flipped to a neighbour digit.
+    pick, offset = cache_id_number(template[0])
+    for mutation in [("manifest.json", "number", (pick, 0)), ("manifest.json", "flip", (offset, 1))]:
+        check_case(template, *mutation, fork_rt, counts)
     # This test's own cases (not the module's running totals, so it holds when run alone or in
     # any order): 350 per algo, 1,050 in all, and every 10th also through the forked workers.
     assert counts["cases"] >= -(-1000 // len(ALGOS)), counts  # >= 1,000 over the three; Hypothesis skips duplicates
     assert counts["fork"] >= 2 * (counts["cases"] // PARALLEL_EVERY), counts
     assert counts["inprocess"] == 2 * counts["cases"], counts
+    # the explicit cases: a changed cache_id reads as the same data under the new id
+    assert counts["new cache_id"] >= 2, counts
+
+
+def cache_id_number(cache: Path) -> tuple[int, int]:
+    """(index of manifest.json's cache_id among its numbers, as `number` mutations count them;
+    byte offset of its last digit)."""
+    text = (cache / "manifest.json").read_text()
+    digits = re.search(r'"cache_id"\s*:\s*(\d+)', text)
+    numbers = [m.start() for m in re.finditer(r"\d+", text)]
+    return numbers.index(digits.start(1)), digits.end(1) - 1
 
 
 def test_altered_metadata_table_is_refused_by_default(templates, tmp_path):
@@ -265,3 +309,27 @@ def test_altered_metadata_table_is_refused_by_default(templates, tmp_path):
     lenient = probe(cache, validate=False)
     assert lenient.stage == "metadata" and isinstance(lenient.error, IntegrityError), (
         f"get_metadata() returned an altered table: {lenient.table}")
+
+def test_the_oracle_accepts_a_new_cache_id_and_nothing_else(templates, tmp_path):
+    """A manifest whose cache_id was changed opens under the new id (any u64 opens, as in
+    dataset-rt 0.4.8): the oracle calls that "new cache_id". A cache_id that is not the
+    manifest's, or any other field that differs along with it, is still a silent wrong sample."""
+    path, _, samples, table = templates["lz4"]
+    cache = Path(shutil.copytree(path, tmp_path / path.name))
+    pick, _ = cache_id_number(cache)
+    apply(cache, cache, "manifest.json", "number", (pick, 12345))
+    new_id = manifest_cache_id(cache)
+    assert new_id == 12345 != samples[0].cache_id
+    result = probe(cache, validate=False)
+    assert classify(result, samples, table, new_id) == ("new cache_id", False)
+    assert [s.cache_id for s in result.samples] == [new_id] * len(samples)
+    with pytest.raises(AssertionError, match="different sample"):  # not the id the manifest states
+        classify(result, samples, table, new_id + 1)
+    with pytest.raises(AssertionError, match="different sample"):  # no new id known: a breach
+        classify(result, samples, table)
+    other = [result.samples[0]._replace(sample_id=99), *result.samples[1:]]
+    with pytest.raises(AssertionError, match="different sample"):  # a second difference
+        classify(Probe(None, samples=other, table=result.table), samples, table, new_id)
+    drifted = result.table.with_columns(pl.col("score") + 1)
+    with pytest.raises(AssertionError, match="beyond the cache_id column"):
+        classify(Probe(None, samples=result.samples, table=drifted), samples, table, new_id)

@@ -216,6 +216,7 @@ def test_payload_spec():
     (b'{"a": [1, 2', "EOF while parsing a list"),
     (b'{"a": "x', "EOF while parsing a string"),
     (b'{"a": "x\\"', "EOF while parsing a string"),  # an escaped quote does not end the string
+    (b'{"a": "x\\"", "b": [1', "EOF while parsing a list"),  # ... and the character after it is not escaped
     (b'{\n  "a": 1,', "EOF while parsing an object at line 2 column 9"),  # the column counts from the last newline
     (b"", "EOF while parsing a value at line 1 column 0"),
     (b'{"a": 1}}', "syntax error"),
@@ -263,3 +264,63 @@ def test_dictionary_id_and_size_at_their_limits_are_accepted():
     for dict_id, byte_len in [(2**32 - 1, 1), (1, DICT_MAX_BYTES)]:
         d = doc(shards=shards, dictionary=DictionaryFile("dictionary.zstd", dict_id, byte_len, SHA))
         assert parse(d).dictionary == DictionaryFile("dictionary.zstd", dict_id, byte_len, SHA)
+
+
+def test_a_v2_manifest_without_the_extension_keeps_its_one_unknown_key():
+    """7 v2 fields + 1 unknown key is as many keys as the known set less one: the unknown key is
+    still kept (an early size shortcut once dropped it)."""
+    d = doc(checksums=None)
+    d["format_version"], d["note"] = 2, "kept"
+    del d["cache_id"]
+    assert "datasetrt" not in d and len(d) == 8
+    m = parse(d)
+    assert m.extra == {"note": "kept"}
+    assert json.loads(m.to_json())["note"] == "kept"
+
+
+@pytest.mark.parametrize("value", [-1, "x", 2**64])
+def test_a_v2_manifest_s_cache_id_key_is_not_read(value):
+    """v2 has no cache_id: a key of that name is ignored whatever it holds (dataset-rt 0.4.8's v2
+    struct has no such field), never refused as an invalid u64."""
+    d = doc()
+    d["format_version"], d["cache_id"] = 2, value
+    m = parse(d)
+    assert m.cache_id is None and "cache_id" not in m.extra
+
+
+def test_parsed_manifests_and_their_entries_are_immutable():
+    """Readers share one parsed Manifest per cache: no field of it or of its entries can be set."""
+    from dataclasses import FrozenInstanceError
+
+    from datasetrt.format.manifest import DictionaryFile
+
+    shards = (ShardEntry("000000.bin", 30, 20, "zstd_dict", 1.0, SHA, level=3),)
+    m = parse(doc(shards=shards, dictionary=DictionaryFile("dictionary.zstd", 7, 100, SHA)))
+    for entry, field in [(m, "sample_count"), (m.shards[0], "byte_len"), (m.checksums, "sha256"),
+                         (m.dictionary, "dict_id")]:
+        with pytest.raises(FrozenInstanceError):
+            setattr(entry, field, 1)
+
+
+def test_a_long_bad_value_is_shown_as_its_first_80_characters_of_json():
+    d = doc()
+    d["sample_count"] = "9" * 200
+    message = refused(d, "for field `sample_count`")
+    assert f'invalid value: `"{"9" * 79}` for field' in message, message
+
+
+def test_to_json_refuses_a_non_finite_ratio():
+    """NaN and infinities are not JSON (dataset-rt's serde parser refuses them): a manifest holding
+    one is never written."""
+    for ratio in (float("nan"), float("inf")):
+        m = manifest(shards=(ShardEntry("000000.bin", 9, 9, "none", ratio, SHA),))
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            m.to_json()
+
+
+def test_to_json_writes_non_ascii_as_utf8_like_serde():
+    """serde_json writes strings raw (UTF-8), never as \\u escapes: a source name with é and 😀
+    is in the file as those characters."""
+    text = manifest(source_name="café-😀").to_json()
+    assert '"source_name": "café-😀"' in text and "\\u" not in text
+    assert parse_manifest(text.encode(), PATH).source_name == "café-😀"
