@@ -242,8 +242,10 @@ class _Fields:
             raise self._bad(key, value, "64 lowercase hex digits")
         return value
 
-    def number(self, key: str, default: float) -> float:
-        value = self.doc.get(key, default)
+    def number(self, key: str) -> float:
+        if key not in self.doc:
+            raise self._missing(key)
+        value = self.doc[key]
         if type(value) not in (int, float) or not (value > 0) or value == float("inf"):
             raise self._bad(key, value, "a positive finite number")
         return float(value)
@@ -344,7 +346,11 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
             raise ManifestJSONError(
                 f"JSON error: invalid shard name {name!r} in shards[{i}] (expected NNNNNN.bin): {path}"
             )
-        comp = _Fields(path, item.get("compression", {"algo": "none", "ratio": 1.0}), f" in shards[{i}].compression")
+        if "compression" not in item:
+            # Required, as in dataset-rt 0.4.8 (v2 and v3: "missing field `compression`"). A
+            # default of "none" read a compressed shard whose key was damaged as raw payloads.
+            raise f._missing("compression")
+        comp = _Fields(path, item["compression"], f" in shards[{i}].compression")
         algo = comp.string("algo")
         if algo not in CODEC_BY_NAME:
             raise ManifestJSONError(
@@ -360,7 +366,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
                 uncompressed_byte_len=f.uint("uncompressed_byte_len"),
                 byte_len=f.uint("byte_len"),
                 algo=algo,
-                ratio=comp.number("ratio", 1.0),
+                ratio=comp.number("ratio"),  # required, as dataset-rt's serde requires it
                 sha256=f.sha256("sha256"),
                 level=level,
             )

@@ -70,12 +70,18 @@ def test_v2_has_no_cache_id_and_unknown_keys_are_kept():
     assert json.loads(m.to_json())["note"] == {"x": [1]}
 
 
-def test_compression_defaults_and_level():
+def test_compression_is_required_and_level_optional():
+    """A shard without `compression` is refused, as dataset-rt 0.4.8 refuses it (v2 and v3,
+    checked against the real package): a default of "none" once read a compressed shard whose key
+    was damaged ("bompression", found by the corruption fuzzer) as raw payloads, silently."""
     d = doc()
-    del d["shards"][1]["compression"]
     m = parse(d)
-    assert (m.shards[1].algo, m.shards[1].ratio, m.shards[1].level) == ("none", 1.0, None)
     assert (m.shards[0].algo, m.shards[0].ratio, m.shards[0].level) == ("zstd", 1.5, 3)
+    d["shards"][1]["bompression"] = d["shards"][1].pop("compression")
+    refused(d, "missing field `compression`", "in shards[1]")
+    d["format_version"] = 2
+    del d["cache_id"]
+    refused(d, "missing field `compression`", "in shards[1]")
 
 
 @pytest.mark.parametrize("level", [MANIFEST_LEVEL_MIN, -1, 0, 1, MANIFEST_LEVEL_MAX])
@@ -153,13 +159,15 @@ def test_ratio_may_be_an_integer():
     assert parse(d).shards[0].ratio == 2.0
 
 
-def test_ratio_and_compression_default_as_dataset_rt_s():
-    """`ratio` defaults to 1.0 (ShardCompression's default), a missing `compression` to none/1.0."""
+def test_ratio_and_compression_are_required_as_dataset_rt_requires_them():
+    """dataset-rt 0.4.8's serde refuses a shard without `compression` and a compression without
+    `ratio` ("missing field", checked against the real package); so does the parser."""
     d = doc()
     del d["shards"][0]["compression"]["ratio"]
+    refused(d, "missing field `ratio`", "in shards[0].compression")
+    d = doc()
     del d["shards"][1]["compression"]
-    shards = parse(d).shards
-    assert (shards[0].algo, shards[0].ratio) == ("zstd", 1.0) and (shards[1].algo, shards[1].ratio) == ("none", 1.0)
+    refused(d, "missing field `compression`", "in shards[1]")
 
 
 @pytest.mark.parametrize("schema, fragments", [
