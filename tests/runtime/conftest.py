@@ -132,9 +132,10 @@ def idle_ring(runtime) -> list[str]:
     return [f"datasetrt-{os.getpid()}-{ring.name}@{os.fstat(ring.fd).st_ino}"]
 
 
-def loose_rings(runtime, pid: int | str = "self") -> list[str]:
-    """Rings `pid` maps other than the pool's idle ring: none once every run has ended."""
-    idle = set(idle_ring(runtime))
+def loose_rings(runtime, pid: int | str = "self", foreign: set[str] = frozenset()) -> list[str]:
+    """Rings `pid` maps other than the pool's idle ring and `foreign` (rings of other runtimes
+    alive in this process, taken before the test): none once every run has ended."""
+    idle = set(idle_ring(runtime)) | set(foreign)
     return [name for name in ring_maps(pid) if name not in idle]
 
 

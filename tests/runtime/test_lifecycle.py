@@ -51,6 +51,11 @@ def shared():
     rt.close()
 
 
+def own_rings(foreign: set[str]) -> list[str]:
+    """Rings this process maps, other than `foreign` (other runtimes' idle rings, taken first)."""
+    return sorted(set(ring_maps()) - foreign)
+
+
 def dataset(paths, runtime, **cfg):
     cfg.setdefault("seed", 1)
     cfg.setdefault("prefetch_size", 8)
@@ -108,10 +113,11 @@ def test_workers_start_lazily_and_are_reused_across_iterators_and_datasets(share
 
 
 def test_ring_lives_while_iterating_and_is_kept_idle_for_the_next_run_of_its_shape(shared, paths):
+    foreign = set(loose_rings(shared))  # other runtimes' idle rings in this process: not this test's
     ds = dataset(paths, shared)
     it = iter(ds)
     take(it, 3)
-    [ring] = ring_maps()
+    [ring] = own_rings(foreign)
     run = active_run(shared)
     assert ring.startswith(f"datasetrt-{os.getpid()}-ring{run.ring.key}@")
     assert shm_entries() == []  # the ring has no name: private to this process and its workers
@@ -122,26 +128,27 @@ def test_ring_lives_while_iterating_and_is_kept_idle_for_the_next_run_of_its_sha
     del run  # (a run's ring is unmapped when its last view goes; this test held the run)
     assert len(list(it)) == 697
     # Exhausted with no task in flight: the pool keeps the ring for the next run of its shape.
-    assert idle_ring(shared) == [ring] and ring_maps() == [ring] and shared._worker_pool.handlers == {}
+    assert idle_ring(shared) == [ring] and own_rings(foreign) == [ring] and shared._worker_pool.handlers == {}
     for pid in shared.worker_pids:
         assert ring_maps(pid) in ([ring], [])
-    assert len(list(ds)) == 700 and ring_maps() == [ring]  # the next epoch reads through the same ring
+    assert len(list(ds)) == 700 and own_rings(foreign) == [ring]  # the next epoch reads through the same ring
     # A run of another shape (a larger prefetch: more slots) drops it, in the workers too (ForgetRing).
     assert len(list(dataset(paths, shared, prefetch_size=4096))) == 700
     [other] = idle_ring(shared)
-    assert other != ring and ring_maps() == [other]
+    assert other != ring and own_rings(foreign) == [other]
     for pid in shared.worker_pids:
         assert ring_maps(pid) in ([other], [])
 
 
 def test_abandoned_iterator_is_cleaned_up_by_gc(shared, paths):
+    foreign = set(loose_rings(shared))
     pids = started(shared, paths)
     it = iter(dataset(paths, shared, shuffle=False))
     take(it, 5)
-    assert len(ring_maps()) == 1 and shm_entries() == []
+    assert len(own_rings(foreign)) == 1 and shm_entries() == []
     del it
     gc.collect()
-    assert loose_rings(shared) == [] and shared._worker_pool.handlers == {}  # (at most the idle ring)
+    assert loose_rings(shared, foreign=foreign) == [] and shared._worker_pool.handlers == {}  # (at most the idle ring)
     assert shared.worker_pids == pids
     assert len(list(dataset(paths, shared))) == 700
 
@@ -291,22 +298,24 @@ def test_close_stops_every_worker(paths):
 
 
 def test_del_runtime_and_gc_stops_workers_and_cleans_shm(paths, shared):
-    # (`shared`'s idle ring, if any, is another runtime's: loose_rings(shared) leaves it out)
+    # (`shared`'s idle ring and other runtimes' are not this test's: loose_rings leaves them out)
+    foreign = set(loose_rings(shared))
     before = child_pids()
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     ds = dataset(paths, rt)
     it = iter(ds)
     take(it, 4)
     pids = rt.worker_pids
-    assert len(loose_rings(shared)) == 1 and shm_entries() == []
+    assert len(loose_rings(shared, foreign=foreign)) == 1 and shm_entries() == []
     del it, ds, rt
     gc.collect()
-    assert shm_entries() == [] and loose_rings(shared) == []
+    assert shm_entries() == [] and loose_rings(shared, foreign=foreign) == []
     assert wait_pids_gone(pids) == []
     assert child_pids() <= before
 
 
 def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_iterator(paths, shared):
+    foreign = set(loose_rings(shared))
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     it = iter(dataset(paths, rt))
     take(it, 4)
@@ -315,11 +324,11 @@ def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_it
     try:
         assert not child_pids() & set(pids)
         assert shm_entries() == []
-        assert len(loose_rings(shared)) == 1  # the iterator's chunk may still be viewed: only this process maps it
+        assert len(loose_rings(shared, foreign=foreign)) == 1  # the iterator's chunk may still be viewed: only this process maps it
     finally:
         del it
         gc.collect()
-    assert loose_rings(shared) == []
+    assert loose_rings(shared, foreign=foreign) == []
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])  # spawn: closed during the in-process head start
