@@ -125,20 +125,22 @@ def many_caches(tmp_path_factory):
     return base
 
 
-def run_child(script: str, base, method: str = "fork") -> dict:
+def run_child(script: str, base, method: str = "fork", gathering_threads: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT}
     out = subprocess.run([sys.executable, "-c", script, str(base), str(SOFT_LIMIT), method],
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["budget"] == SOFT_LIMIT // 2
-    assert report["shard_fds"] <= report["budget"] + 1  # one cache over, at most, while pinned
+    # descriptors.py: the overshoot is at most one cache's shards (one shard here) per thread
+    # gathering at the same moment, while pinned
+    assert report["shard_fds"] <= report["budget"] + gathering_threads
     assert report["fds"] < SOFT_LIMIT and report["fds"] <= report["budget"] + 48  # headroom left
     return report
 
 
 def test_datasets_and_threads_share_one_budget(many_caches):
-    report = run_child(THREADS, many_caches)
+    report = run_child(THREADS, many_caches, gathering_threads=2)  # THREADS reads from two threads
     assert report["fds"] < SOFT_LIMIT
 
 
