@@ -329,20 +329,15 @@ class WorkerPool:
             self._drop_idle_ring()
             self.idle_ring = keep_ring
         if not self.closed:
-            key = run.opening.ring_key if run.opening is not None else None
             try:
                 for worker in sorted(run.workers):
                     self._send(worker, CloseRun(run.run_id, keep))
-                if not keep and key is not None:
-                    # Workers that kept this ring from an earlier run and had no task in this one.
-                    for worker in sorted(self.ring_holders.pop(key, set()) - run.workers):
-                        self._send(worker, ForgetRing(key))
             except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
                 pass
-        if keep and self.closed:  # a worker died while we told them: nothing to keep it for
-            self.idle_ring = None
-            return False
-        return keep
+            if not keep and run.opening is not None:
+                # Workers that kept this ring from an earlier run and had no task in this one.
+                self._forget_ring(run.opening.ring_key, except_workers=run.workers)
+        return keep and not self.closed  # (a worker that died meanwhile closed the pool and its idle ring)
 
     def take_ring(self, slots: int, layout) -> object | None:
         """The idle ring if it has exactly `slots` slots of `layout` (it is the caller's now),
@@ -358,14 +353,17 @@ class WorkerPool:
         ring, self.idle_ring = self.idle_ring, None
         if ring is None:
             return
-        holders = self.ring_holders.pop(ring.key, set())
+        self._forget_ring(ring.key)
+        ring.close()
+
+    def _forget_ring(self, key: int, except_workers: set[int] = frozenset()) -> None:
+        """ForgetRing to the workers that map ring `key` (but `except_workers`); it has no holders after."""
         try:
-            for worker in sorted(holders):
+            for worker in sorted(self.ring_holders.pop(key, set()) - except_workers):
                 if not self.closed:
-                    self._send(worker, ForgetRing(ring.key))
+                    self._send(worker, ForgetRing(key))
         except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
             pass
-        ring.close()
 
     def _send(self, worker: int, msg: object) -> None:
         if self.closed:
