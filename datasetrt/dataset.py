@@ -159,12 +159,16 @@ class CachedDataset:
         self._other_builder: SampleBuilder | None = None  # the opposite embedded check (read_window)
         self._largest_record: int | None = None
         self._arrow_cache: tuple[Any, Any] | None = None
-        self._cache_set: CacheSet | None = None  # built at the first parallel read
 
     @property
     def payload_spec(self) -> PayloadSpec | None:
         """The caches' common `PayloadSpec` (typed payloads), or None when they are untyped."""
         return self._payload_spec
+
+    @property
+    def reads_with_workers(self) -> bool:
+        """Whether batches are read by a `DatasetRuntime`'s reader processes (`parallel_reads`)."""
+        return self._runtime is not None and self._runtime.parallel_reads
 
     # -- size and windows ---------------------------------------------------------------------
 
@@ -416,7 +420,7 @@ class CachedDataset:
 
     def cache_identity(self) -> CacheIdentity:
         """The caches' logical and physical identity (computed once)."""
-        caches = self._worker_caches()
+        caches = self._worker_caches
         return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, caches.cache_dirs, caches.key)
 
     # -- reading ------------------------------------------------------------------------------
@@ -462,12 +466,12 @@ class CachedDataset:
         check = builder.metadata if builder.check_embedded else None
         maker = BatchMaker(self._catalog.cache_ids, table, check, self._payload_spec)
         shape = self._batch_shape(batch_size, drop_last, builder.check_embedded)
-        if not in_process and self._runtime is not None and self._runtime.parallel_reads:
+        if not in_process and self.reads_with_workers:
             try:
-                packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape)
+                packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape,
+                                  pool_running=self._runtime.workers_launched)
             except ResourceLimitError:
-                # A ring slot per batch does not fit the memory limit: read records
-                # into small slots and pack each batch here (one copy of its payloads).
+                # A slot per batch exceeds the memory limit: small record slots, one copy per batch.
                 labels = [str(h.path) for h in self._handles]
                 yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
                 return
@@ -498,11 +502,10 @@ class CachedDataset:
         return self._arrow_cache[1]
 
     def _chunks(self, window: Window, rows_hint: int | None = None) -> Iterator[Chunk]:
-        """Gathered records of `window` in plan order: worker processes when the dataset has a
-        runtime (and it has parallel_reads), else this process. `rows_hint` (a batch size)
-        aligns chunks with batches where the record size allows."""
-        if self._runtime is not None and self._runtime.parallel_reads:
-            run = self._parallel_run(window, rows_hint)
+        """Gathered records of `window` in plan order, read as `reads_with_workers` says; `rows_hint`
+        (a batch size) aligns chunks with batches where the record size allows."""
+        if self.reads_with_workers:
+            run = ParallelRun(self._run_spec(window, rows_hint), self._runtime._running_pool)
             try:
                 yield from run
             finally:
@@ -510,24 +513,24 @@ class CachedDataset:
         else:
             yield from local_chunks(self._reader(), window, rows_hint or READ_BLOCK_ROWS)
 
-    def _parallel_run(self, window: Window, rows_hint: int | None = None) -> ParallelRun:
-        """Start a multiprocess read of `window` on the runtime's workers."""
-        return ParallelRun(self._run_spec(window, rows_hint), self._runtime._running_pool)
-
     def _run_spec(self, window: Window, rows_hint: int | None = None) -> RunSpec:
         cfg = self.reader_config
         return RunSpec(
-            caches=self._worker_caches(), window=window, num_workers=self._runtime.num_workers,
+            caches=self._worker_caches, window=window, num_workers=self._runtime.num_workers,
             prefetch_size=cfg.prefetch_size, max_record_bytes=self._max_record_bytes(),
-            memory_limit_bytes=cfg.memory_limit_bytes or default_memory_limit_bytes(),
+            memory_limit_bytes=cfg.memory_limit_bytes or self._default_memory_limit,
             timeout_s=cfg.worker_timeout_s, fallback=self._reader(), rows_hint=rows_hint,
         )
 
+    @functools.cached_property
+    def _default_memory_limit(self) -> int:
+        """`default_memory_limit_bytes()`, read once (cgroup files and psutil: ~2 ms per run)."""
+        return default_memory_limit_bytes()
+
+    @functools.cached_property
     def _worker_caches(self) -> CacheSet:
-        """The caches as reader workers open them (built once, at the first parallel read)."""
-        if self._cache_set is None:
-            self._cache_set = cache_set(self._handles, self.reader_config.verify_records)
-        return self._cache_set
+        """The caches as reader workers open them (built at the first parallel read)."""
+        return cache_set(self._handles, self.reader_config.verify_records)
 
     def _max_record_bytes(self) -> int:
         """Record size the worker ring is planned for (`runtime.run.planned_record_bytes`, cached)."""

@@ -69,6 +69,12 @@ class DatasetRuntime:
         return pool.pids
 
     @property
+    def workers_launched(self) -> bool:
+        """Whether the reader workers are launched (ready or starting), so a read gets the pool
+        without starting processes."""
+        return self._worker_pool is not None and not self._worker_pool.closed
+
+    @property
     def worker_pids(self) -> list[int]:
         """PIDs of the running reader workers (empty before the first parallel read)."""
         return [] if self._worker_pool is None or self._worker_pool.closed else self._worker_pool.pids

@@ -57,9 +57,14 @@ class BatchRun(ParallelRun):
     """Reads one window through the pool's workers as batches of `shape`; iterate it for
     `PackedBatch`es in window order (leased views of ring slots, or private copies)."""
 
-    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape) -> None:
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape,
+                 pool_running: bool = True) -> None:
+        """`pool_running=False` (the runtime's workers are not launched yet): the first batch
+        is read in this process before `get_pool` launches them. Forking a worker from a process
+        that imported torch takes 15-90 ms each here (the parent's atfork handlers and page
+        tables), which the first batch would otherwise wait for."""
         ring_shape, bound = batch_ring(spec, shape)
-        super().__init__(spec, get_pool, ring_shape, bound)
+        super().__init__(spec, get_pool, ring_shape, bound, attach=pool_running)
         self.batch_shape = shape
         self._end = shape.end(self.window.length)
         self._buffers = BufferPool()
@@ -68,9 +73,19 @@ class BatchRun(ParallelRun):
     def __iter__(self) -> Iterator[PackedBatch]:
         position = 0
         try:
+            if self.pool is None:  # not launched yet: the first batch first, then the pool
+                first = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
+                for packed in first:
+                    position = packed.first + packed.rows
+                    yield packed
+                    break
+                first.close()
+                self._next_first = position
+                self._attach()
             # Head start, as ParallelRun: batches read here while no worker is ready yet.
             if not self.pool.ready_workers():
-                head = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
+                head = local_batches(self.fallback, self.window, self.batch_shape, start=position,
+                                     buffers=self._buffers)
                 for packed in head:
                     position = packed.first + packed.rows
                     yield packed

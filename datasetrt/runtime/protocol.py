@@ -40,9 +40,13 @@ after the consumer released it. Results of a run the parent already closed are d
 
 from __future__ import annotations
 
+import copyreg
+import dataclasses
 from dataclasses import dataclass
+from operator import attrgetter
 
-from datasetrt.runtime.slot import SlotLayout
+from datasetrt.payloads import PayloadCheck
+from datasetrt.runtime.slot import SlotArray, SlotLayout, SlotRegion
 
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
 # process); a forked one inherits whatever the parent had.
@@ -76,11 +80,6 @@ class ReadTask:
     first: int
     count: int
     slot: int
-
-    def __reduce__(self):
-        # One per batch each way: pickled as a constructor call, not through the slots
-        # dataclass's __getstate__ (dataclasses.fields() on every message: ~3x the bytes and time).
-        return ReadTask, (self.run_id, self.task_id, self.first, self.count, self.slot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +131,6 @@ class TaskDone:
     rows: int
     need_bytes: int
 
-    def __reduce__(self):  # (as ReadTask's)
-        return TaskDone, (self.worker, self.run_id, self.task_id, self.slot, self.first, self.rows, self.need_bytes)
-
 
 @dataclass(frozen=True, slots=True)
 class TaskFailed:
@@ -144,3 +140,20 @@ class TaskFailed:
     error_type: str
     message: str
     traceback: str
+
+
+def _pickle_as_constructor_calls(*classes: type) -> None:
+    """Pickle each of `classes` (frozen slots dataclasses whose fields are all `__init__`
+    arguments, in order) as a call of its constructor with its field values. The default for a
+    slots dataclass is its generated `__getstate__`, which calls `dataclasses.fields()` on every
+    object: ~3x the bytes and time per message, paid per batch (ReadTask, TaskDone) and per run
+    (OpenRun with its CacheSet and SlotLayout, ~10 objects per worker)."""
+    for cls in classes:
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert all(f.init for f in dataclasses.fields(cls)), cls
+        values = attrgetter(*names) if len(names) > 1 else (lambda obj, name=names[0]: (getattr(obj, name),))
+        copyreg.pickle(cls, lambda obj, cls=cls, values=values: (cls, values(obj)))
+
+
+_pickle_as_constructor_calls(CacheSet, OpenRun, ReadTask, CloseRun, ForgetRing, TaskDone, TaskFailed,
+                             SlotLayout, SlotArray, SlotRegion, PayloadCheck)

@@ -128,9 +128,11 @@ class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
     def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: RunShape | None = None,
-                 bound: MemoryBound | None = None) -> None:
-        """Check the memory bound first; only then get (maybe start) the pool. `shape` and its
-        `bound` default to the "records" ring of `RunShape.plan`."""
+                 bound: MemoryBound | None = None, attach: bool = True) -> None:
+        """Check the memory bound first; only then get (maybe start) the pool, register the run
+        and take its ring (`_attach`; a subclass passing `attach=False` calls it later: until
+        then `pool` and `ring` are None and `close()` does nothing). `shape` and its `bound`
+        default to the "records" ring of `RunShape.plan`."""
         self._closed = True  # until the pool has registered the run
         self.window = spec.window
         self.timeout_s = spec.timeout_s
@@ -142,7 +144,8 @@ class ParallelRun:
         self.shape = shape
         self._end = self.window.length  # window positions [0, _end) are read
         bound.check(spec.memory_limit_bytes)
-        self.pool = get_pool()
+        self._get_pool, self._caches = get_pool, spec.caches
+        self.pool: WorkerPool | None = None
         self.ring: Ring | None = None
         self._todo: list[tuple[int, int]] = []  # heap of continuation ranges, served first
         self._next_first = 0
@@ -151,12 +154,19 @@ class ParallelRun:
         self._failure: TaskFailed | None = None
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
+        if attach:
+            self._attach()
+
+    def _attach(self) -> None:
+        """Get (maybe start) the pool, register this run with it and take a ring: the pool's
+        idle ring of this geometry, or a new one."""
+        self.pool = self._get_pool()
         self._run: PoolRun = self.pool.open_run(self._on_message)
         self.run_id, self._closed = self._run.run_id, False
         try:
             self.ring = (self.pool.take_ring(self.shape.slots, self.shape.layout)
                          or Ring("ring", self.shape.layout, self.shape.slots))
-            self._run.opening = OpenRun(self.run_id, spec.caches, self.shape.layout, self.ring.key)
+            self._run.opening = OpenRun(self.run_id, self._caches, self.shape.layout, self.ring.key)
             self._run.ring_fd = self.ring.fd
         except BaseException:
             self.close()

@@ -88,6 +88,30 @@ def test_first_read_starts_in_process_while_workers_start(paths):
         rt.close()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_first_batch_is_read_before_the_workers_launch(paths, method):
+    """A fresh runtime's first batch iterator reads its first batch in this process before it
+    launches any worker (a fork from a torch process takes tens of ms), then launches them and
+    goes on; an iterator closed after one batch launches nothing. Bytes and order are the
+    in-process reader's."""
+    others = child_pids()  # other tests' runtimes may still run workers
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    try:
+        ds, ref = dataset(paths, rt, shuffle=True), dataset(paths, None, shuffle=True)
+        it, ref_it = ds.iter_batches(64), ref.iter_batches(64)
+        assert bytes(next(it).data) == bytes(next(ref_it).data)
+        assert not rt.workers_launched and rt.worker_pids == []
+        it.close()
+        ref_it.close()
+        assert not rt.workers_launched and child_pids() - others == set()
+        got = [bytes(b.data) for b in ds.iter_batches(64)]  # the next epoch: launched after its first batch
+        assert rt.workers_launched and len(rt.worker_pids) == 2
+        want = [bytes(b.data) for b in ref.iter_batches(64)]
+        assert got == want and len(want) == 11
+    finally:
+        rt.close()
+
+
 def test_start_workers_waits_until_every_worker_is_ready(paths):
     rt = drt.DatasetRuntime(num_workers=2, start_method="spawn")
     try:
