@@ -29,6 +29,26 @@ def ids(batch):
     return [[s.cache_id, s.sample_id] for s in batch]
 
 
+class Boxed:
+    """An object the worker ring cannot look into (module level: picklable)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def reshape_views(item):
+    """A batch_transform returning strided and reinterpreted views of the batch, a new tensor and
+    an opaque object holding a view."""
+    payload = item["payload"]
+    return {"shifted": payload[:, 1:], "column": payload[:, 0], "raw": payload.view(torch.uint8),
+            "total": payload.sum(dim=1), "ids": (item["cache_id"], [item["sample_id"]]), "box": Boxed(payload[1:])}
+
+
+def box_only(item):
+    """A batch_transform whose only view of the batch is inside an opaque object."""
+    return {"box": Boxed(item["payload"]), "ids": (item["cache_id"].clone(), [item["sample_id"].clone()])}
+
+
 def tag_worker(item):
     """A batch_transform (module level: spawn pickles it by name)."""
     item["pid"] = os.getpid()
@@ -91,11 +111,82 @@ def test_same_batches_as_to_torch_dataloader(caches, method, shuffle):
         _check(got, reference_epoch, payloads)
 
 
-def test_shared_memory_tensors_from_the_workers(caches):
-    dl = _ds(caches).to_torch_batches(16, num_workers=1, multiprocessing_context="fork")
+def _one_storage(item, keys):
+    """Every tensor `keys` of `item` is a view of one storage (torch sent one descriptor)."""
+    return len({item[k].untyped_storage().data_ptr() for k in keys}) == 1
+
+
+def test_worker_batches_are_views_of_the_worker_ring_returned_when_dropped(caches):
+    from datasetrt.integrations.torch.lending import SLOTS
+
+    dl = _ds(caches).to_torch_batches(8, num_workers=1, multiprocessing_context="fork", columns=["i", "score"])
+    payloads = _payloads(caches)
+    for _epoch in range(2):
+        for item in dl:
+            [ring] = dl._receiver._rings.values()  # the worker's ring storage, sent once (persistent worker)
+            low, high = ring.data_ptr(), ring.data_ptr() + ring.numel()
+            # payload, ids and number columns are views of the ring: no copy, no transfer of their own
+            assert all(low <= item[k].data_ptr() < high for k in ("payload", "cache_id", "sample_id", "i", "score"))
+            assert item["i"].tolist() == item["sample_id"].tolist() and item["score"].dtype == torch.float64
+            assert item["score"].tolist() == [i / 4 for i in item["i"].tolist()]
+            pairs = zip(item["cache_id"].tolist(), item["sample_id"].tolist())
+            assert item["payload"].numpy().tobytes() == b"".join(payloads[p] for p in pairs)
+        del item
+        assert ring[:SLOTS].tolist() == [0] * SLOTS  # every slot back once its tensors are gone
+    held = list(dl)  # 8 batches held at once: the ring's slots, then a fresh shared storage each
+    assert len(held) == 8 and sum(b["payload"].is_shared() for b in held) >= len(held) - SLOTS
+    for b in held:
+        pairs = zip(b["cache_id"].tolist(), b["sample_id"].tolist())
+        assert b["payload"].numpy().tobytes() == b"".join(payloads[p] for p in pairs)
+
+
+@pytest.mark.parametrize("transform", [reshape_views, box_only])
+def test_transformed_views_are_rebuilt_and_opaque_results_keep_their_slots(caches, transform):
+    """Strided, reinterpreted and nested views of the ring come out as the transform made them;
+    an object the ring cannot look into keeps its batch's slot lent for good (its tensor travels
+    as torch sends it), so every held item keeps its bytes however many batches follow; an early
+    break (items torch drops) costs slots, never bytes."""
+    want = {(c, s): bytes(d) for (c, s), d in _payloads(caches).items()}
+    dl = _ds(caches).to_torch_batches(4, num_workers=1, multiprocessing_context="fork", batch_transform=transform)
+    for _ in dl:
+        break  # persistent worker: the items it had prefetched are dropped with their slots
+    held = list(dl)
+    assert len(held) == 16
+    for got in held:
+        ids = list(zip(got["ids"][0].tolist(), got["ids"][1][0].tolist()))
+        rows = np.frombuffer(b"".join(want[p] for p in ids), dtype=np.int32).reshape(len(ids), 8)
+        if transform is box_only:
+            assert got["box"].tensor.tolist() == rows.tolist()
+            continue
+        assert got["shifted"].tolist() == rows[:, 1:].tolist() and got["shifted"].stride() == (8, 1)
+        assert got["column"].tolist() == rows[:, 0].tolist() and got["raw"].numpy().tobytes() == rows.tobytes()
+        assert got["total"].tolist() == rows.sum(axis=1).tolist() and got["box"].tensor.tolist() == rows[1:].tolist()
+
+
+def test_fresh_storage_batches_carry_their_ids_in_one_storage(caches, monkeypatch):
+    from datasetrt.integrations.torch import lending
+
+    monkeypatch.setattr(lending, "SLOTS", 0)  # no ring slot: torch's own transfer, one storage per batch
+    dl = _ds(caches).to_torch_batches(16, num_workers=1, multiprocessing_context="fork", columns=["i"])
     for item in dl:
-        # a view of the worker's shared storage, passed by descriptor: the tensor is shared here too
-        assert item["payload"].is_shared()
+        assert item["payload"].is_shared() and _one_storage(item, ["payload", "cache_id", "sample_id", "i"])
+
+
+def test_auto_workers_are_the_runtime_readers_unless_a_transform_needs_torch_workers(caches):
+    from datasetrt.integrations.torch.options import available_cpus
+
+    torch_auto = min(4, max(0, available_cpus() - 1))
+    assert _ds(caches).to_torch_batches(8).num_workers == torch_auto  # no reader processes
+    with drt.DatasetRuntime(num_workers=2) as rt:
+        ds = _ds(caches, runtime=rt)
+        dl = ds.to_torch_batches(8)
+        assert dl.num_workers == 0
+        reference = _ds(caches).to_torch_dataloader(shuffle=False, batch_size=8, collate_fn=ids, num_workers=0,
+                                                    verbose=False)
+        _check(list(dl), list(reference), _payloads(caches))
+        assert ds.to_torch_batches(8, batch_transform=tag_worker).num_workers == torch_auto
+        assert ds.to_torch_batches(8, prefetch_factor=3).num_workers == torch_auto
+        assert ds.to_torch_batches(8, num_workers=1).num_workers == 1
 
 
 @pytest.mark.parametrize("algo", ["none", "lz4", "zstd", "zstd_dict"])
@@ -190,8 +281,10 @@ def test_ragged_values_projection_and_argument_errors(tmp_path):
     assert ragged["offsets"].tolist() == np.cumsum([0] + [i % 7 for i in range(30)]).tolist()
     assert ragged["shapes"][:, 0].tolist() == [i % 7 for i in range(30)]
     assert ragged["values"].tolist() == np.concatenate([d for d, _ in items]).tolist()
+    assert _one_storage(ragged, ["values", "offsets", "shapes", "cache_id", "sample_id"])
     [fixed] = list(ds.to_torch_batches(30, num_workers=1, multiprocessing_context="spawn", length=4, pad=-1))
     assert fixed["payload"].shape == (30, 4) and fixed["payload"][3].tolist() == [3, 4, 5, -1]
+    assert _one_storage(fixed, ["payload", "cache_id", "sample_id"]) and fixed["sample_id"].tolist() == list(range(30))
     with pytest.raises(ConfigError, match="pad=.* is not a int16 value"):
         ds.to_torch_batches(30, length=4, pad=1 << 20)
     with pytest.raises(ConfigError, match="no metadata column 'nope'"):

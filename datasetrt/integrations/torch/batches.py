@@ -12,7 +12,8 @@ reads the rank's batches w, w+K, ... (`_Share`); torch takes workers round-robin
 come out in plan order for any K. Each batch is gathered in the worker, in its final layout, into
 a fresh `torch.UntypedStorage._new_shared` storage (`SharedBuffers`), and the tensors returned
 are views of that storage: torch's worker->main transfer passes its file descriptor, not the
-bytes (a `length=` projection is a new array, which torch copies into shared memory once).
+bytes (a `length=` projection is a new array, copied into such a storage once). The ids, offsets,
+shapes and number columns go into the same storage's tail: one storage, one transfer per batch.
 Without DataLoader workers the main process reads through the dataset as `iter_batches` does (its
 runtime's reader processes and leased ring slots, when it has them); the tensors are then views
 of the leased slot, which returns to the ring when they are gone.
@@ -33,12 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch.utils.data._utils.pin_memory import pin_memory
 
 from datasetrt.arrays import RaggedArrays, pad_item
 from datasetrt.errors import ArgumentTypeError, ConfigError
+from datasetrt.integrations.torch.lending import MAX_SLOT_BYTES, Receiver, WorkerRing
 from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _plan_loader
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
-from datasetrt.integrations.torch.options import check_arguments
+from datasetrt.integrations.torch.options import is_auto, check_arguments
 from datasetrt.integrations.torch.plan import _Spec
 from datasetrt.integrations.torch.spawn import _Recipe
 
@@ -59,52 +62,141 @@ class _Typed:
 class SharedBuffers:
     """Batch buffers in torch shared memory, for `read_window_batches(..., buffers=)`: `take(n)`
     returns a uint8 numpy view of a fresh shared storage of n bytes (never recycled: the storage
-    travels to the main process), and `tensor(array)` gives an array inside one of the last
-    buffers handed out as a tensor view of that storage (else `torch.from_numpy`)."""
+    travels to the main process), followed by a private tail of `tail_bytes` for the batch's small
+    arrays. `tensor(array)` gives an array inside one of the last buffers handed out as a tensor
+    view of that storage (else `torch.from_numpy`); `small(array)` copies a small array into the
+    tail of the buffer holding `payload` and returns a view of it there (else `torch.from_numpy`).
+
+    Why one storage per batch: torch's worker->main transfer sends each distinct storage's file
+    descriptor over its own `resource_sharer` connection (and first copies a storage that is not
+    shared into a new shared one); tensors that are views of one storage pickle it once. Payload,
+    ids, offsets and number columns in one storage: one transfer per batch instead of 3 to 5."""
 
     KEEP = 2  # a batch may take a second, larger buffer when its first one was too small
+    ALIGN = 64  # every array in a storage starts at a multiple of this many bytes
 
-    def __init__(self) -> None:
-        self._handed: list[tuple[torch.Tensor, int, int]] = []  # (uint8 tensor, address, bytes)
+    def __init__(self, tail_bytes: int = 0) -> None:
+        self.tail_bytes = tail_bytes
+        # (uint8 tensor over the whole storage, address, payload bytes, next free tail byte)
+        self._handed: list[list] = []
 
     def take(self, nbytes: int) -> np.ndarray:
-        storage = torch.UntypedStorage._new_shared(max(nbytes, 1))
-        tensor = torch.empty(0, dtype=torch.uint8).set_(storage)[:nbytes]
-        self._handed = [(tensor, storage.data_ptr(), nbytes), *self._handed][: self.KEEP]
-        return tensor.numpy()
+        start = -(-nbytes // self.ALIGN) * self.ALIGN
+        storage = torch.UntypedStorage._new_shared(max(start + self.tail_bytes, 1))
+        tensor = torch.empty(0, dtype=torch.uint8).set_(storage)
+        self._handed = [[tensor, storage.data_ptr(), nbytes, start], *self._handed][: self.KEEP]
+        return tensor[:nbytes].numpy()
+
+    def _holding(self, array: np.ndarray) -> list | None:
+        address, nbytes = array.__array_interface__["data"][0], array.nbytes
+        if array.flags.c_contiguous:
+            for handed in self._handed:
+                _, base, size, _ = handed
+                if base <= address and address + nbytes <= base + size:
+                    return handed
+        return None
+
+    @staticmethod
+    def _view(whole: torch.Tensor, start: int, array: np.ndarray) -> torch.Tensor:
+        dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
+        return whole[start:start + array.nbytes].view(dtype).reshape(array.shape)
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         """`array` (C-contiguous) as a tensor over the same memory: a view of the shared storage
         holding it, or `torch.from_numpy` for memory of its own."""
-        address, nbytes = array.__array_interface__["data"][0], array.nbytes
-        if array.flags.c_contiguous:
-            for tensor, base, size in self._handed:
-                if base <= address and address + nbytes <= base + size:
-                    start = address - base
-                    dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
-                    return tensor[start:start + nbytes].view(dtype).reshape(array.shape)
-        return torch.from_numpy(array)
+        handed = self._holding(array)
+        if handed is None:
+            return torch.from_numpy(array)
+        return self._view(handed[0], array.__array_interface__["data"][0] - handed[1], array)
+
+    def copy_in(self, array: np.ndarray) -> np.ndarray:
+        """A copy of `array` in a fresh buffer of this object (its tail free for `small`)."""
+        out = self.take(array.nbytes).view(array.dtype).reshape(array.shape)
+        out[...] = array
+        return out
+
+    def small(self, array: np.ndarray, payload: np.ndarray) -> torch.Tensor:
+        """A copy of `array` (numbers, any layout) in the tail of the storage holding `payload`,
+        as a tensor view of it; `torch.from_numpy(array)` when `payload` is not in one of the
+        last buffers or the tail is full."""
+        handed = self._holding(payload)
+        if handed is not None:
+            whole, start = handed[0], handed[3]
+            end = start + array.nbytes
+            if end <= len(whole):
+                view = self._view(whole, start, array)
+                view.numpy()[...] = array
+                handed[3] = -(-end // self.ALIGN) * self.ALIGN
+                return view
+        return _own(array)
 
 
-def _item(batch: Any, ds: CachedDataset, typed: _Typed, as_tensor: Callable, transform: Callable | None) -> Any:
-    """A `SampleBatch` as the loader's dict of tensors (views of its memory, via `as_tensor`),
+class LendingBuffers(SharedBuffers):
+    """A DataLoader worker's `SharedBuffers` whose batches go into the slots of its `WorkerRing`
+    (lending.py: the ring's storage reaches the main process once, each batch as slot numbers
+    and views) while a slot is free and a batch fits one, else into a fresh storage each."""
+
+    def __init__(self, tail_bytes: int = 0) -> None:
+        super().__init__(tail_bytes)
+        self._ring: WorkerRing | None = None
+        self._no_ring = False
+
+    def take(self, nbytes: int) -> np.ndarray:
+        start = -(-nbytes // self.ALIGN) * self.ALIGN
+        if self._ring is None and not self._no_ring:  # sized by the first batch, a full one
+            self._no_ring = start + self.tail_bytes > MAX_SLOT_BYTES
+            self._ring = None if self._no_ring else WorkerRing(start + self.tail_bytes)
+        slot = None if self._ring is None else self._ring.take(start + self.tail_bytes)
+        if slot is None:
+            return super().take(nbytes)
+        self._handed = [[slot, slot.data_ptr(), nbytes, start], *self._handed][: self.KEEP]
+        return slot[:nbytes].numpy()
+
+    def lend(self, item: Any) -> Any:
+        """`item` as it travels to the main process (`WorkerRing.lend`)."""
+        return item if self._ring is None else self._ring.lend(item)
+
+
+def _own(array: np.ndarray) -> torch.Tensor:
+    """`array` as a tensor over its own memory (a copy when read-only: zero-copy Arrow arrays
+    are, and torch tensors are writable)."""
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
+class _OwnMemory:
+    """The main process's `SharedBuffers` stand-in: tensors over the arrays' own memory (the
+    batch's ring slot or private buffer), nothing copied, nothing sent."""
+
+    tensor = staticmethod(_own)
+
+    @staticmethod
+    def small(array: np.ndarray, payload: np.ndarray) -> torch.Tensor:
+        return _own(array)
+
+    def copy_in(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+
+def _item(batch: Any, ds: CachedDataset, typed: _Typed, buffers: SharedBuffers | _OwnMemory,
+          transform: Callable | None) -> Any:
+    """A `SampleBatch` as the loader's dict of tensors (views of its memory and of `buffers`),
     then released (the tensors keep what they need), then `transform`ed."""
     arrays = batch.to_numpy(typed.length, typed.pad)
     item: dict[str, Any] = {}
     if isinstance(arrays, RaggedArrays):
-        item["values"] = as_tensor(arrays.values)
-        item["offsets"], item["shapes"] = torch.from_numpy(arrays.offsets), torch.from_numpy(arrays.shapes)
+        payload = arrays.values
+        item["values"] = buffers.tensor(payload)
+        item["offsets"], item["shapes"] = buffers.small(arrays.offsets, payload), buffers.small(arrays.shapes, payload)
     else:
-        item["payload"] = as_tensor(arrays)
+        # a `length=` projection is new memory: into a shared buffer now, so its tail takes the ids
+        payload = buffers.copy_in(arrays) if typed.length is not None else arrays
+        item["payload"] = buffers.tensor(payload)
     # .view: ids read out of a ring slot are numpy's ulonglong, which torch.from_numpy refuses
-    item["cache_id"] = torch.from_numpy(batch.cache_id.view(np.uint64))
-    item["sample_id"] = torch.from_numpy(batch.sample_id.view(np.uint64))
+    item["cache_id"] = buffers.small(batch.cache_id.view(np.uint64), payload)
+    item["sample_id"] = buffers.small(batch.sample_id.view(np.uint64), payload)
     if typed.columns:
         for name, values in ds.sample_columns(batch.cache_id, batch.sample_id, typed.columns).items():
-            if values.dtype.kind not in "biuf":
-                item[name] = values.tolist()
-            else:  # zero-copy Arrow arrays are read-only; torch tensors are writable (n values: cheap)
-                item[name] = torch.from_numpy(values if values.flags.writeable else values.copy())
+            item[name] = values.tolist() if values.dtype.kind not in "biuf" else buffers.small(values, payload)
     batch.release()
     return item if transform is None else transform(item)
 
@@ -127,15 +219,23 @@ class BatchLoaderDataset(LoaderDataset):
             return iter(())
         window, reader = where
         if reader is None:  # main process: the dataset's own batch path (ring slots, if it has workers)
-            ds, as_tensor = self._dataset, torch.from_numpy
+            ds, buffers = self._dataset, _OwnMemory()
             batches = ds.read_window_batches(window, self._spec.batch, with_metadata=False)
-        else:
-            buffers = SharedBuffers()
-            ds, as_tensor = reader.ds, buffers.tensor
-            batches = reader.read_batches(window, self._spec.batch, buffers)
-        # `map`: no frame here keeps an item once it is handed to torch
-        return map(functools.partial(_item, ds=ds, typed=self.typed, as_tensor=as_tensor,
+            # `map`: no frame here keeps an item once it is handed to torch
+            return map(functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers,
+                                         transform=self.sample_transform_fn), batches)
+        ds, buffers = reader.ds, LendingBuffers(self._tail_bytes(reader.ds))
+        batches = reader.read_batches(window, self._spec.batch, buffers)
+        made = map(functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers,
                                      transform=self.sample_transform_fn), batches)
+        return map(buffers.lend, made)
+
+    def _tail_bytes(self, ds: CachedDataset) -> int:
+        """Room after a batch's payload for its small arrays (`SharedBuffers`): ids, offsets and
+        shapes of a ragged batch, number columns; 8 bytes per value at most, each array aligned."""
+        spec = ds.payload_spec
+        per_row = 2 + 1 + (1 if spec is None else len(spec.shape)) + len(self.typed.columns)
+        return 8 * (self._spec.batch * per_row + 1) + SharedBuffers.ALIGN * (4 + len(self.typed.columns))
 
     def __reduce__(self) -> Any:
         _rebuild, args = super().__reduce__()
@@ -160,6 +260,31 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
         # torch's own drop_last is False here (batch_size=None); the plan's is the loader's
         return {**super()._identity(), "drop_last": self._plan.drop_last}
 
+    def __iter__(self) -> Any:
+        tracked = super().__iter__()
+        if self.num_workers > 0:  # items lent from the workers' rings become tensors here
+            if not self.persistent_workers:
+                receiver = Receiver(self.num_workers)
+            else:
+                receiver = self.__dict__.setdefault("_receiver", Receiver(self.num_workers))
+            if getattr(tracked._it, "_pin_memory", False):  # torch's pin thread passed them through
+                device = tracked._it._pin_memory_device
+                tracked.deliver = lambda item: pin_memory(receiver.receive(item), device)
+            else:
+                tracked.deliver = receiver.receive
+        return tracked
+
+
+def _reader_workers_suffice(dataset: CachedDataset, num_workers: Any, batch_transform: Callable | None,
+                            timeout: float, prefetch_factor: Any, persistent_workers: Any) -> bool:
+    """`num_workers="auto"` means no torch worker when the dataset's reader processes already
+    gather each batch into shared memory (the tensors are views of their ring slot: 5-10x the
+    torch-worker path, docs/benchmarks.md) and nothing asks for torch workers: no
+    `batch_transform` to run in them and no worker-only option (`timeout`, `prefetch_factor`,
+    `persistent_workers`) set."""
+    return (is_auto(num_workers) and batch_transform is None and dataset.reads_with_workers and timeout == 0
+            and is_auto(prefetch_factor) and is_auto(persistent_workers))
+
 
 def to_torch_batches(
     dataset: CachedDataset, batch_size: int, *, shuffle: bool | None = None, seed: int | str = "random",
@@ -174,12 +299,17 @@ def to_torch_batches(
     `drop_last`, `pin_memory`, `timeout`, `multiprocessing_context`, `worker_init_fn`,
     `prefetch_factor`, `persistent_workers` and `work_dir` as in `to_torch_dataloader` (the
     same plan for the same arguments: the same samples in the same batches, on every rank).
+    `num_workers="auto"` is 0 (the main process reads through the dataset's reader processes)
+    when the dataset has them and no `batch_transform`, `timeout`, `prefetch_factor` or
+    `persistent_workers` is given, else `to_torch_dataloader`'s "auto".
     `columns`: metadata columns of the caches' tables to add; `length` / `pad`: project a ragged
     spec's ragged dim to `length` (truncate / pad); `batch_transform(item) -> Any` runs on each
     item in the worker (picklable for spawn). With an initialised process group of world_size >
     1 this is a collective call, as `to_torch_dataloader`."""
     if shuffle is None:
         shuffle = dataset.reader_config.shuffle
+    if _reader_workers_suffice(dataset, num_workers, batch_transform, timeout, prefetch_factor, persistent_workers):
+        num_workers = 0
     check_arguments(
         shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch, worker_partition=None,
         batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, pin_memory=pin_memory, timeout=timeout,

@@ -44,6 +44,7 @@ class _LoaderIterator:
         self.epoch, self.layout, self.prior = epoch, layout, prior
         self.yielded = 0
         self.exhausted = False
+        self.deliver: Callable[[Any], Any] | None = None  # what the main process does to each item first
 
     def __iter__(self) -> _LoaderIterator:
         return self
@@ -55,7 +56,7 @@ class _LoaderIterator:
             self.exhausted = True
             raise
         self.yielded += 1
-        return batch
+        return batch if self.deliver is None else self.deliver(batch)
 
     def __len__(self) -> int:
         return len(self._it)

@@ -35,12 +35,12 @@ _RESERVED = frozenset({
 })
 
 
-def _is_auto(value: Any) -> bool:
+def is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == "auto"
 
 
 def _check_count(value: Any, name: str, minimum: int, maximum: int) -> None:
-    if _is_auto(value) or (type(value) is int and minimum <= value <= maximum):
+    if is_auto(value) or (type(value) is int and minimum <= value <= maximum):
         return
     raise ConfigError(f"{name} must be 'auto' or an integer between {minimum} and {maximum}")
 
@@ -69,7 +69,7 @@ def check_arguments(*, shuffle: Any, seed: Any, samples_per_epoch: Any, worker_p
     if not math.isfinite(timeout) or timeout < 0:
         raise ConfigError("timeout must be finite and nonnegative")
     _check_count(prefetch_factor, "prefetch_factor", 1, sys.maxsize)
-    if not (persistent_workers is True or persistent_workers is False or _is_auto(persistent_workers)):
+    if not (persistent_workers is True or persistent_workers is False or is_auto(persistent_workers)):
         raise ConfigError("persistent_workers must be a boolean or 'auto'")
     if not (isinstance(seed, str) and seed == "random"):
         if type(seed) is not int:
@@ -129,19 +129,19 @@ def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float
     checks that depend on the worker count (dataset-rt's order and messages; `transform_name`
     names the transform argument in them)."""
     local = local_world_size
-    cpus = available_cpus() if _is_auto(num_workers) or _is_auto(native_num_workers) else 1
-    processes = min(4, max(0, cpus // local - 1)) if _is_auto(num_workers) else num_workers
-    threads = (max(1, min(4, cpus // (max(1, processes) * local))) if _is_auto(native_num_workers)
+    cpus = available_cpus() if is_auto(num_workers) or is_auto(native_num_workers) else 1
+    processes = min(4, max(0, cpus // local - 1)) if is_auto(num_workers) else num_workers
+    threads = (max(1, min(4, cpus // (max(1, processes) * local))) if is_auto(native_num_workers)
                else native_num_workers)
     if processes == 0 and timeout != 0:
         raise ConfigError("timeout must be zero with num_workers=0")
-    if _is_auto(persistent_workers):
+    if is_auto(persistent_workers):
         persistent = processes > 0
     elif persistent_workers and processes == 0:
         raise ConfigError("persistent_workers=True requires num_workers > 0")
     else:
         persistent = persistent_workers
-    if _is_auto(prefetch_factor):
+    if is_auto(prefetch_factor):
         prefetch = 2 if processes > 0 else None
     elif processes == 0:
         raise ConfigError("prefetch_factor requires num_workers > 0")
