@@ -14,8 +14,9 @@ the main process rebuilds the tensors as views of its mapping of that storage.
 
 Slot ownership, one byte per slot in the storage's header: 0 free, 1 lent. Only the worker sets
 0 -> 1 (`take`), only the main process sets 1 -> 0, when the last tensor rebuilt from the item is
-gone (a weakref on the numpy array every rebuilt tensor of the item keeps alive). A slot the main
-process never sees (an item torch dropped at an early break) stays lent, and so do the slots of a
+gone (a weakref on the numpy array every rebuilt tensor of the item keeps alive). A ring serves
+one pass of one worker (the next pass brings a new one). A slot the main process never sees (an
+item torch dropped at an early break) stays lent for the rest of its pass, and so do the slots of a
 result holding objects the lending cannot look into (anything but dicts, lists, tuples, tensors,
 numpy arrays, str/bytes/numbers/None), which travels as torch sends it: both only cost reuse (the
 worker falls back to a fresh storage per batch, torch's own path), never a slot overwritten while
@@ -137,9 +138,9 @@ def _return_slots(state: np.ndarray, slots: tuple[int, ...]) -> None:
 class Receiver:
     """The main process's side: `receive(item)` rebuilds a `LentBatch` as tensors over its
     mapping of the worker ring (other items pass unchanged). Keeps the last `keep` rings it was
-    sent: one per worker. A worker's ring lives as long as the worker and is sent once, so the
-    receiver lives as long as the workers: the loader's with persistent workers, one per pass
-    (iterator) otherwise."""
+    sent: one per worker. A worker sends its pass's ring once, with the pass's first item, so the
+    receiver outlives a pass: the loader's with persistent workers (one iterator at a time), one
+    per iterator otherwise. A ring dropped here stays mapped while tensors of it live."""
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
