@@ -132,19 +132,59 @@ def test_row_count_and_hash(cache):
     assert handle.read_metadata(validating=True).to_pydict() == table.to_pydict()  # validate_cache hashes at open
 
 
+def _framed(footer_len: int, body: bytes = b"\0" * 6) -> bytes:
+    return b"ARROW1" + body + footer_len.to_bytes(4, "little", signed=True) + b"ARROW1"
+
+
+# Each row as dataset-rt 0.4.8 answers it (checked against the real package): its ValueError is
+# CacheFormatError, its RuntimeError ("Arrow error: ...") ArrowFormatError.
 @pytest.mark.parametrize("data, cls, message", [
     (b"", CacheFormatError, "invalid metadata Arrow footer"),
-    (b"ARROW1\0\0", ArrowFormatError, "does not contain correct footer"),
-    (b"ARROW1" + b"\0" * 6 + (1000).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1000"),
-    (b"ARROW1" + b"\0" * 6 + (0).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 0"),
-    # 18 bytes is the smallest file with both magics and a footer length: framed, the length is implausible
-    (b"ARROW1" + b"\0" * 2 + (1).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1"),
-    (b"ARROW1" + b"\0" + (1).to_bytes(4, "little") + b"ARROW1", ArrowFormatError, "does not contain correct footer"),
-], ids=["empty", "no-trailing-magic", "footer-too-long", "footer-zero", "18-bytes", "17-bytes"])
+    (b"ARROW1\0", CacheFormatError, "invalid metadata Arrow footer"),
+    (b"ARROW1\0\0", CacheFormatError, "invalid metadata Arrow footer"),  # magic, too short for a trailer
+    (b"ARROW1\0\0\0", CacheFormatError, "invalid metadata Arrow footer"),
+    (b"ARROW1\0\0\0\0", ArrowFormatError, "does not contain correct footer"),  # 10 bytes: a trailer, no magic
+    (b"XRROW1" + b"\0" * 20 + b"ARROW1", CacheFormatError, "invalid metadata Arrow footer: /"),
+    (_framed(1000), CacheFormatError, "footer length 1000"),
+    (_framed(0), CacheFormatError, "footer length 0"),
+    # 18 bytes is the smallest file with both magics, padding and a footer length: framed, 1 is implausible
+    (_framed(1, b"\0" * 2), CacheFormatError, "footer length 1"),
+    (_framed(1, b"\0"), CacheFormatError, "footer length 1"),  # 17 bytes: the length overlaps the padding
+    (b"ARROW1ARROW1", CacheFormatError, "footer length 827805522"),  # the length is b"OW1A", inside the magics
+    (_framed(-1), ArrowFormatError, "Parser error: Invalid footer length: -1:"),
+    (_framed(-2**31), ArrowFormatError, "Parser error: Invalid footer length: -2147483648:"),
+], ids=["empty", "7-bytes", "8-bytes", "9-bytes", "no-trailing-magic", "no-leading-magic", "footer-too-long",
+        "footer-zero", "18-bytes", "17-bytes", "12-bytes", "footer-minus-1", "footer-i32-min"])
 def test_framing(cache, data, cls, message):
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(cls, match=message):
         CacheHandle.open(cache).read_metadata()
+
+
+def test_a_footer_right_after_the_leading_magic_has_a_plausible_length(cache):
+    """The longest plausible footer fills the file between the leading magic + padding (8 bytes) and
+    the trailer (10): a file of only a footer (the schema, no batches) decodes to 0 rows, as in
+    dataset-rt 0.4.8, so the refusal is the row count, not the framing."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, stored_table(cache).schema):
+        pass
+    empty = sink.getvalue().to_pybytes()
+    footer_len = int.from_bytes(empty[-10:-6], "little")
+    data = b"ARROW1\0\0" + empty[-10 - footer_len:-10] + footer_len.to_bytes(4, "little") + b"ARROW1"
+    assert footer_len == len(data) - 18
+    (cache / "metadata.arrow").write_bytes(data)
+    with pytest.raises(CacheFormatError, match=f"expected {N}, got 0"):
+        CacheHandle.open(cache).read_metadata()
+
+
+@pytest.mark.parametrize("damage", ["removed", "a-directory"])
+def test_metadata_gone_after_open_is_a_cache_io_error(cache, damage):
+    handle = CacheHandle.open(cache)
+    (cache / "metadata.arrow").unlink()
+    if damage == "a-directory":
+        (cache / "metadata.arrow").mkdir()
+    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error \\d+\\): {cache / 'metadata.arrow'}$"):
+        handle.read_metadata()
 
 
 # -- open: shapes against the manifest ---------------------------------------------------------------
@@ -220,6 +260,13 @@ def test_validate_deep_checks_every_index_entry(cache):
         rehash(cache)
         with pytest.raises(CacheFormatError, match=f"{message}.*(row 2|index.bin)"):
             CacheHandle.open(cache).validate_deep()
+    # Two bad rows: the message names the first, with its own shard id.
+    shards = len(list((cache / "shards").iterdir()))
+    bad = {2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}
+    (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *bad.get(i, r)) for i, r in enumerate(rows)))
+    rehash(cache)
+    with pytest.raises(CacheFormatError, match=f"index references missing shard {shards + 5}: .*index.bin row 2$"):
+        CacheHandle.open(cache).validate_deep()
     last = (0, shard_len - 8, 8)  # exactly at the end: in range
     (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *r) for r in [*rows[:2], last, *rows[3:]]))
     rehash(cache)
