@@ -257,6 +257,9 @@ def test_precedence_row_by_row():
     # a negative identity fails at its own row (sample_id 0 in row 0 is valid), after an earlier null
     fails(i64.with_columns(at("sample_id", 3, -1, pl.Int64)).with_columns(at("cache_id", 2, None, pl.Int64)),
           "samples metadata column 'cache_id' contains null")
+    # in one signed column, a null before a negative is reported as the null (its row comes first)
+    fails(i64.with_columns(at("sample_id", 1, None, pl.Int64)).with_columns(at("sample_id", 3, -1, pl.Int64)),
+          "samples metadata column 'sample_id' contains null")
     # within a row: cache_id, sample_id, weight, then the identity lookup
     fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
           "samples metadata column 'weight' contains null")
