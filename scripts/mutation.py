@@ -90,7 +90,7 @@ MODULES: dict[str, Module] = {
     "runtime/run": Module("datasetrt/runtime/run.py", (
         "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py", "tests/runtime/test_parity.py"),
         frozenset({None, "RunShape", "plan", "rows_per_task", "slot_bytes", "planned_record_bytes", "__init__",
-                   "_on_message", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
+                   "_on_message", "_wait_for", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
     "table/metadata": Module("datasetrt/table/metadata.py", (
         "tests/unit/table/test_metadata.py",)),
 }
@@ -129,9 +129,23 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "table/metadata": (
         Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]",
                    "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
+        Equivalent("physical_table", "ReplaceComparisonOperator_Gt_GtE", "if len(tables) >= 1 else tables[0]",
+                   "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
+        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 1 else tables[ -1]",
+                   "the else branch runs only for a catalog of exactly one cache, whose one table is both "
+                   "tables[0] and tables[-1]"),
         Equivalent("validate_update", "ReplaceFalseWithTrue", "astype(np.uint64, copy=True)",
                    "copying only costs memory: the identity arrays are read, never written, and the returned "
                    "`sample_id` is copied anyway"),
+        Equivalent("_first_bad_row", "NumberReplacer", "(series.min() or 1) < 0",
+                   "the `or` operand is used only when min() is 0 or None (all null), and 0 < 0 and 1 < 0 are "
+                   "both false"),
+        Equivalent("validate_update", "NumberReplacer", "(row, order) < first[: ",
+                   "columns are visited in increasing `order`, so (row, order) never equals first[:2] and "
+                   "a later column replaces `first` only for an earlier row: comparing with first[:1] or first[:3] "
+                   "decides the same"),
+        Equivalent("validate_update", "ReplaceComparisonOperator_Lt_LtE", "(row, order) <= first[:2]",
+                   "columns are visited in increasing `order`, so (row, order) never equals first[:2]"),
     ),
     "runtime/run": (
         Equivalent("__init__", "NumberReplacer", "self._task_ids = -1",
@@ -195,7 +209,9 @@ def copy_tree(dest: Path) -> None:
 
 
 def test_command(module: Module) -> str:
-    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly --no-header "
+    """The selection in its listed order (fastest-failing first), stopping at the first failure; the
+    watchdog plugin (scripts/mutation_watchdog.py) ends a run whose one test hangs."""
+    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly -p mutation_watchdog --no-header "
             + " ".join(module.tests))
 
 
@@ -316,7 +332,8 @@ def run_module(name: str, module: Module, workdir: Path, show_survivors: bool, r
         f'test-command = "{test_command(module)}"\n'
         '[cosmic-ray.distributor]\nname = "local"\n'
     )
-    env = {**os.environ, "PYTHONPATH": str(tree), "DATASETRT_HYPOTHESIS_PROFILE": "ci"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "scripts"))),
+           "DATASETRT_HYPOTHESIS_PROFILE": "ci"}
     cr = [sys.executable, "-m", "cosmic_ray.cli"]
     started = time.monotonic()
     baseline = subprocess.run(test_command(module).split(), cwd=tree, env=env, capture_output=True, text=True)
