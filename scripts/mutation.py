@@ -140,6 +140,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("_first_bad_row", "NumberReplacer", "(series.min() or 1) < 0",
                    "the `or` operand is used only when min() is 0 or None (all null), and 0 < 0 and 1 < 0 are "
                    "both false"),
+        Equivalent("_first_bad_row", "ReplaceComparisonOperator_Lt_LtE", "bad_null is not None and bad_null <= bad_neg",
+                   "`bad_neg` is computed only when the column holds a negative, and then is the row of one (nulls "
+                   "count as not negative): a null row and a negative row are never the same row"),
         Equivalent("validate_update", "NumberReplacer", "(row, order) < first[: ",
                    "columns are visited in increasing `order`, so (row, order) never equals first[:2] and "
                    "a later column replaces `first` only for an earlier row: comparing with first[:1] or first[:3] "

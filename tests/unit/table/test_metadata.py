@@ -72,6 +72,13 @@ def test_physical_table_layout():
     assert df["weight"].to_list() == [1.0] * 9
 
 
+def test_physical_table_of_one_cache():
+    one = CacheCatalog(IDS[1:], COUNTS[1:], ["b"])
+    df = physical_table(one, SCHEMA, lambda k: _stored(k + 1))
+    assert df["cache_id"].to_list() == [IDS[1]] * 4 and df["sample_id"].to_list() == [0, 1, 2, 3]
+    assert df["label"].to_list() == ["c1-0", "c1-1", "c1-2", "c1-3"]
+
+
 def test_physical_table_round_trips_through_validation():
     active = ok(physical())
     assert active.cache_pos.tolist() == [0] * 5 + [1] * 4
