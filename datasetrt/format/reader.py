@@ -217,6 +217,7 @@ class CacheHandle:
             raise CacheFormatError(f"invalid metadata Arrow footer: footer length {footer_len}: {path}")
         try:
             table = ipc.open_file(pa.py_buffer(data)).read_all()
+            names = table.column_names  # decoded here: a name that is not UTF-8 is a UnicodeDecodeError
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
         schema = self.manifest.metadata_schema
@@ -224,7 +225,7 @@ class CacheHandle:
             raise CacheFormatError(f"metadata batch column count does not match manifest: {path}")
         columns = []
         for name, kind in schema:
-            if name not in table.column_names:
+            if name not in names:
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
             column = table.column(name)
             if kind == "string":

@@ -16,7 +16,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 import datasetrt as drt
-from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
+from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, DatasetRTError, IntegrityError
 from datasetrt.format.reader import CacheHandle
 from tests.conftest import ListSource, sample_items, writer_config
 from tests.integrity.corrupt import METADATA_FRAMINGS, edit_manifest, rehash
@@ -152,6 +152,35 @@ def test_a_footer_right_after_the_leading_magic_has_a_plausible_length(cache):
     assert footer_len == len(data) - 18
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(CacheFormatError, match=f"expected {N}, got 0"):
+        CacheHandle.open(cache).read_metadata()
+
+
+def test_a_footer_that_fails_verification_is_a_typed_error(cache):
+    """pyarrow reports a footer that is not a valid flatbuffer as a bare OSError (not an
+    ArrowException): it must still come out as a datasetrt error naming the file."""
+    path = cache / "metadata.arrow"
+    data = bytearray(path.read_bytes())
+    footer_len = int.from_bytes(data[-10:-6], "little")
+    data[-10 - footer_len:-10] = b"\xff" * footer_len
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="Verification of flatbuffer-encoded Footer failed"):
+        ipc.open_file(pa.py_buffer(bytes(data)))  # the raw error this test is about
+    with pytest.raises(DatasetRTError, match=f"Verification of flatbuffer-encoded Footer failed.*: {path}$"):
+        CacheHandle.open(cache).read_metadata()
+
+
+def test_a_column_name_that_is_not_utf8_is_a_typed_error(cache):
+    """A name that is not UTF-8 decodes (pyarrow checks no strings) until the name is read, as a
+    bare UnicodeDecodeError: it must come out as a datasetrt error naming the file."""
+    table = stored_table(cache).rename_columns(["index", "kept", "zzzzz", "score"])
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    assert data.count(b"zzzzz") == 2  # the schema message and the footer
+    path = cache / "metadata.arrow"
+    path.write_bytes(data.replace(b"zzzzz", b"\xc0zzzz"))
+    with pytest.raises(DatasetRTError, match=f"can't decode byte 0xc0.*: {path}$"):
         CacheHandle.open(cache).read_metadata()
 
 
