@@ -165,6 +165,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("open", "ReplaceBinaryOperator_FloorDiv_Div", "if index_size / INDEX_ROW_BYTES != manifest.sample_count",
                    "the line above refuses a size that is not a multiple of 24, so the float quotient is exact "
                    "(up to 2^53 rows: an index of 216 PB)"),
+        Equivalent("validate_deep", "ReplaceComparisonOperator_Gt_GtE", "out = (offsets >= shard_lens)",
+                   "an offset equal to its shard's length leaves 0 bytes, so `lengths > shard_lens - offsets` (any "
+                   "length >= 8) or `lengths < 8` already marks the row"),
         Equivalent("read_metadata", "ReplaceBinaryOperator_Mul_Div", "def read_metadata(self, /, validating",
                    "`*` -> `/` only loosens the signature (`validating` may also be passed by position); "
                    "every caller passes it by keyword"),

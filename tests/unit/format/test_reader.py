@@ -267,13 +267,14 @@ def test_validate_deep_checks_every_index_entry(cache):
         rehash(cache)
         with pytest.raises(CacheFormatError, match=f"{message}.*(row 2|index.bin)"):
             CacheHandle.open(cache).validate_deep()
-    # Two bad rows: the message names the first, with its own shard id.
+    # Two bad rows: the message names the first (with its own shard id).
     shards = len(list((cache / "shards").iterdir()))
-    bad = {2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}
-    (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *bad.get(i, r)) for i, r in enumerate(rows)))
-    rehash(cache)
-    with pytest.raises(CacheFormatError, match=f"index references missing shard {shards + 5}: .*index.bin row 2$"):
-        CacheHandle.open(cache).validate_deep()
+    for bad, message in [({2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}, f"missing shard {shards + 5}: .*index.bin row 2$"),
+                         ({2: (0, 0, 7), 4: (0, 0, 6)}, "index row 2 lies outside its shard")]:
+        (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *bad.get(i, r)) for i, r in enumerate(rows)))
+        rehash(cache)
+        with pytest.raises(CacheFormatError, match=message):
+            CacheHandle.open(cache).validate_deep()
     last = (0, shard_len - 8, 8)  # exactly at the end: in range
     (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *r) for r in [*rows[:2], last, *rows[3:]]))
     rehash(cache)
