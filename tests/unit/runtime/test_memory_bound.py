@@ -87,10 +87,10 @@ def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
 def test_batch_run_bound_prints_held_batches_and_its_own_scratch():
     """A batch run's bound: the ring holds up to held_slots leased batches, one more batch may be
     copied out of its slot, and the workers' scratch is the staged-records size, not a slot."""
-    bound = MemoryBound(ring_slots=6, slot_bytes=3 * MiB // 2, num_workers=2, held_slots=4, scratch_bytes=3 * MiB // 4)
-    assert bound.total == 6 * 3 * MiB // 2 + 3 * MiB // 2 + 2 * 3 * MiB // 4
-    assert bound.describe() == ("ring 6 slots x 1.5 MiB = 9.0 MiB (up to 4 of them batches the consumer holds)"
-                                " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 12.0 MiB")
+    bound = MemoryBound(ring_slots=5, slot_bytes=3 * MiB // 2, num_workers=2, held_slots=3, scratch_bytes=3 * MiB // 4)
+    assert bound.total == 5 * 3 * MiB // 2 + 3 * MiB // 2 + 2 * 3 * MiB // 4
+    assert bound.describe() == ("ring 5 slots x 1.5 MiB = 7.5 MiB (up to 3 of them batches the consumer holds)"
+                                " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 10.5 MiB")
 
 
 def test_a_bound_cannot_change_after_it_is_checked():
