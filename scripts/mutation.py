@@ -157,6 +157,10 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
                    "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
                    "below `largest` (which starts at 0), so the max() ignores either"),
+        Equivalent("plan", "NumberReplacer", "record = max(max_record_bytes, 2)",
+                   "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
+                   "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "
+                   "below MIN_SLOT_BYTES (1 MiB): the same rows and slot size"),
         Equivalent("_inline_chunk", "NumberReplacer", "out=np.empty( 1, dtype=np.uint8)",
                    "the starting size of a gather buffer that grows until the record fits (LocalReader.read_chunk): "
                    "the chunk's bytes and offsets are the same"),
