@@ -110,6 +110,7 @@ class Equivalent:
 _ZERO_IS_IN_RANGE = ("differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
                      "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
                      "DICT_MAX_BYTES)")
+_CONCAT_OF_ONE = "`pa.concat_tables` of one table is that table's rows and schema unchanged"
 EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "sampling/planner": (
         Equivalent("__init__", "NumberReplacer", "scale: float = ",
@@ -127,10 +128,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "`base` before it could leave it: `base not in node.parents` is true only when node == base"),
     ),
     "table/metadata": (
-        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]",
-                   "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
+        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]", _CONCAT_OF_ONE),
         Equivalent("physical_table", "ReplaceComparisonOperator_Gt_GtE", "if len(tables) >= 1 else tables[0]",
-                   "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
+                   _CONCAT_OF_ONE),
         Equivalent("physical_table", "NumberReplacer", "if len(tables) > 1 else tables[ -1]",
                    "the else branch runs only for a catalog of exactly one cache, whose one table is both "
                    "tables[0] and tables[-1]"),
