@@ -154,6 +154,8 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("__init__", "NumberReplacer", "self._task_ids = -1",
                    "task ids are opaque keys: the first becomes 0 instead of 1, and the pool counts any id >= 0 "
                    "as a task (negative ids are failures outside a task)"),
+        Equivalent("_submit", "NumberReplacer", "self._task_ids += 2",
+                   "task ids are opaque keys (see `self._task_ids = -1`): 2, 4, 6... are as distinct as 1, 2, 3..."),
         Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
                    "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
                    "below `largest` (which starts at 0), so the max() ignores either"),

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+import datasetrt as drt
 from datasetrt.errors import DatasetRTError, ResourceLimitError
 from datasetrt.runtime.memory import MemoryBound
-from datasetrt.runtime.run import RunShape
+from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.run import RunShape, planned_record_bytes
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import SlotLayout
+from tests.conftest import ListSource, writer_config
 
 MiB = 1 << 20
 GUIDE = Path(__file__).resolve().parents[3] / "docs" / "memory-guide.md"
@@ -68,6 +71,23 @@ def test_memory_guide_figures_are_what_the_code_prints():
         got = (f"K={k} prefetch={prefetch} record={record_kib} KiB: rows_per_task={s.rows_per_task}; "
                + MemoryBound(s.slots, s.slot_bytes, k).describe())
         assert got == line
+
+
+@pytest.mark.parametrize("algo", ["none", "lz4"])
+def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(tmp_path, algo):
+    """docs/memory-guide.md: the planned record is the largest stored record or, for a compressed
+    cache, twice the average decoded payload if that is larger (+256 B: runtime/run.py). Six 40,000 B
+    payloads that lz4 shrinks to under 1,000 B each."""
+    items = [(bytes([k]) * 40_000, {"k": k}) for k in range(6)]
+    with drt.DatasetRuntime(num_workers=1) as rt:
+        [res] = rt.write_cache(ListSource("p", items), tmp_path, writer_config=writer_config(algo))
+    handle = CacheHandle.open(res.path)
+    stored = int(handle.index_array()[:, 2].max())
+    if algo == "none":
+        assert planned_record_bytes([handle]) == stored >= 40_000
+    else:
+        assert stored < 1_000
+        assert planned_record_bytes([handle]) == 2 * 40_000 + 256
 
 
 def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
