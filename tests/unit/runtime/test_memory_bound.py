@@ -73,21 +73,26 @@ def test_memory_guide_figures_are_what_the_code_prints():
         assert got == line
 
 
-@pytest.mark.parametrize("algo", ["none", "lz4"])
-def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(tmp_path, algo):
+@pytest.mark.parametrize(("algo", "payload_bytes", "planned"), [
+    ("none", 40_000, None),  # the largest stored record (payload + envelope)
+    ("lz4", 40_000, 2 * 40_000 + 256),
+    ("lz4", 5 * MiB, 10 * MiB + 256),
+    ("lz4", 9 * MiB, 16 * MiB),  # capped: manifests are untrusted, larger records split their tasks
+], ids=["stored", "decoded", "decoded-5MiB", "decoded-cap"])
+def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(tmp_path, algo, payload_bytes, planned):
     """docs/memory-guide.md: the planned record is the largest stored record or, for a compressed
-    cache, twice the average decoded payload if that is larger (+256 B: runtime/run.py). Six 40,000 B
-    payloads that lz4 shrinks to under 1,000 B each."""
-    items = [(bytes([k]) * 40_000, {"k": k}) for k in range(6)]
+    cache, twice the average decoded payload if that is larger (+256 B, at most 16 MiB:
+    runtime/run.py). Payloads of one repeated byte, which lz4 shrinks to a few KiB."""
+    items = [(bytes([k]) * payload_bytes, {"k": k}) for k in range(2)]
     with drt.DatasetRuntime(num_workers=1) as rt:
         [res] = rt.write_cache(ListSource("p", items), tmp_path, writer_config=writer_config(algo))
     handle = CacheHandle.open(res.path)
     stored = int(handle.index_array()[:, 2].max())
-    if algo == "none":
-        assert planned_record_bytes([handle]) == stored >= 40_000
+    if planned is None:
+        assert planned_record_bytes([handle]) == stored > payload_bytes
     else:
-        assert stored < 1_000
-        assert planned_record_bytes([handle]) == 2 * 40_000 + 256
+        assert stored < payload_bytes // 100
+        assert planned_record_bytes([handle]) == planned
 
 
 def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
