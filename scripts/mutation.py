@@ -163,6 +163,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
                    "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "
                    "below MIN_SLOT_BYTES (1 MiB): the same rows and slot size"),
+        Equivalent("plan", "NumberReplacer", "rows = max( 0, min(rows_hint,",
+                   "differs only for a rows_hint below 1, and the only caller passes a batch size that "
+                   "iter_batches / to_torch_batches refuse below 1 (ConfigError)"),
         Equivalent("_inline_chunk", "NumberReplacer", "out=np.empty( 1, dtype=np.uint8)",
                    "the starting size of a gather buffer that grows until the record fits (LocalReader.read_chunk): "
                    "the chunk's bytes and offsets are the same"),

@@ -127,6 +127,16 @@ def test_a_bound_cannot_change_after_it_is_checked():
     assert bound.total == 7 * MiB
 
 
+def test_a_run_shape_cannot_change_after_it_is_planned():
+    """The bound is checked and the ring is made from one shape: it cannot change in between."""
+    import dataclasses
+
+    shape = RunShape.plan(1024, 1, 4096)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shape.slots = 400
+    assert shape.slots == 4
+
+
 def test_resource_limit_error_is_a_memory_error():
     """Documented: a refused bound is a ResourceLimitError, which is also the builtin MemoryError
     (and a DatasetRTError), so `except MemoryError` written for dataset-rt catches it."""
