@@ -17,7 +17,7 @@ import pytest
 import datasetrt as drt
 
 from datasetrt.runtime.run import ParallelRun
-from tests.runtime.conftest import MiB, compressible, pair, varied_items, write_cache
+from tests.runtime.conftest import MiB, active_run, compressible, pair, varied_items, write_cache
 
 RUNTIMES = [("fork", 1), ("fork", 2), ("fork", 3), ("spawn", 1), ("spawn", 2), ("spawn", 3)]
 PREFETCH = [1, 7, 64, 4096]
@@ -232,7 +232,9 @@ def _handed_over(rt, items, head: int):
     pool = rt._worker_pool
     while not pool.all_ready:
         pool.poll(60.0, what="worker start-up")  # routes the WorkerReady messages; raises if none comes
+    run = active_run(rt)
     yield from items
+    assert run._task_ids > 0, "the workers read none of the window: the head went on to its end"
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
