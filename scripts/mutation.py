@@ -88,7 +88,9 @@ MODULES: dict[str, Module] = {
     "runtime/memory": Module("datasetrt/runtime/memory.py", (
         "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py")),
     "runtime/run": Module("datasetrt/runtime/run.py", (
-        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py", "tests/runtime/test_parity.py"),
+        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py",
+        "tests/runtime/test_faults.py::test_corrupted_record_raises_integrity_error_with_worker_traceback",
+        "tests/runtime/test_parity.py"),
         frozenset({None, "RunShape", "plan", "rows_per_task", "slot_bytes", "planned_record_bytes", "__init__",
                    "_on_message", "_wait_for", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
     "table/metadata": Module("datasetrt/table/metadata.py", (
