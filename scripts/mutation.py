@@ -88,9 +88,11 @@ MODULES: dict[str, Module] = {
     "runtime/memory": Module("datasetrt/runtime/memory.py", (
         "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py")),
     "runtime/run": Module("datasetrt/runtime/run.py", (
-        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py", "tests/runtime/test_parity.py"),
+        "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py",
+        "tests/runtime/test_faults.py::test_corrupted_record_raises_integrity_error_with_worker_traceback",
+        "tests/runtime/test_parity.py"),
         frozenset({None, "RunShape", "plan", "rows_per_task", "slot_bytes", "planned_record_bytes", "__init__",
-                   "_on_message", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
+                   "_on_message", "_wait_for", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
     "table/metadata": Module("datasetrt/table/metadata.py", (
         "tests/unit/table/test_metadata.py",)),
 }
@@ -110,6 +112,7 @@ class Equivalent:
 _ZERO_IS_IN_RANGE = ("differs only for value 0, which reaches this line only when 0 > `maximum`, and every "
                      "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
                      "DICT_MAX_BYTES)")
+_CONCAT_OF_ONE = "`pa.concat_tables` of one table is that table's rows and schema unchanged"
 EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "sampling/planner": (
         Equivalent("__init__", "NumberReplacer", "scale: float = ",
@@ -127,19 +130,44 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
                    "`base` before it could leave it: `base not in node.parents` is true only when node == base"),
     ),
     "table/metadata": (
-        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]",
-                   "`pa.concat_tables` of one table is that table's rows and schema unchanged"),
+        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 0 else tables[0]", _CONCAT_OF_ONE),
+        Equivalent("physical_table", "ReplaceComparisonOperator_Gt_GtE", "if len(tables) >= 1 else tables[0]",
+                   _CONCAT_OF_ONE),
+        Equivalent("physical_table", "NumberReplacer", "if len(tables) > 1 else tables[ -1]",
+                   "the else branch runs only for a catalog of exactly one cache, whose one table is both "
+                   "tables[0] and tables[-1]"),
         Equivalent("validate_update", "ReplaceFalseWithTrue", "astype(np.uint64, copy=True)",
                    "copying only costs memory: the identity arrays are read, never written, and the returned "
                    "`sample_id` is copied anyway"),
+        Equivalent("_first_bad_row", "NumberReplacer", "(series.min() or 1) < 0",
+                   "the `or` operand is used only when min() is 0 or None (all null), and 0 < 0 and 1 < 0 are "
+                   "both false"),
+        Equivalent("_first_bad_row", "ReplaceComparisonOperator_Lt_LtE", "bad_null is not None and bad_null <= bad_neg",
+                   "`bad_neg` is computed only when the column holds a negative, and then is the row of one (nulls "
+                   "count as not negative): a null row and a negative row are never the same row"),
+        Equivalent("validate_update", "NumberReplacer", "(row, order) < first[: ",
+                   "columns are visited in increasing `order`, so (row, order) never equals first[:2] and "
+                   "a later column replaces `first` only for an earlier row: comparing with first[:1] or first[:3] "
+                   "decides the same"),
+        Equivalent("validate_update", "ReplaceComparisonOperator_Lt_LtE", "(row, order) <= first[:2]",
+                   "columns are visited in increasing `order`, so (row, order) never equals first[:2]"),
     ),
     "runtime/run": (
         Equivalent("__init__", "NumberReplacer", "self._task_ids = -1",
                    "task ids are opaque keys: the first becomes 0 instead of 1, and the pool counts any id >= 0 "
                    "as a task (negative ids are failures outside a task)"),
+        Equivalent("_submit", "NumberReplacer", "self._task_ids += 2",
+                   "task ids are opaque keys (see `self._task_ids = -1`): 2, 4, 6... are as distinct as 1, 2, 3..."),
         Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
                    "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
                    "below `largest` (which starts at 0), so the max() ignores either"),
+        Equivalent("plan", "NumberReplacer", "record = max(max_record_bytes, 2)",
+                   "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
+                   "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "
+                   "below MIN_SLOT_BYTES (1 MiB): the same rows and slot size"),
+        Equivalent("plan", "NumberReplacer", "rows = max( 0, min(rows_hint,",
+                   "differs only for a rows_hint below 1, and the only caller passes a batch size that "
+                   "iter_batches / to_torch_batches refuse below 1 (ConfigError)"),
         Equivalent("_inline_chunk", "NumberReplacer", "out=np.empty( 1, dtype=np.uint8)",
                    "the starting size of a gather buffer that grows until the record fits (LocalReader.read_chunk): "
                    "the chunk's bytes and offsets are the same"),
@@ -148,6 +176,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("open", "ReplaceBinaryOperator_FloorDiv_Div", "if index_size / INDEX_ROW_BYTES != manifest.sample_count",
                    "the line above refuses a size that is not a multiple of 24, so the float quotient is exact "
                    "(up to 2^53 rows: an index of 216 PB)"),
+        Equivalent("validate_deep", "ReplaceComparisonOperator_Gt_GtE", "out = (offsets >= shard_lens)",
+                   "an offset equal to its shard's length leaves 0 bytes, so `lengths > shard_lens - offsets` (any "
+                   "length >= 8) or `lengths < 8` already marks the row"),
         Equivalent("read_metadata", "ReplaceBinaryOperator_Mul_Div", "def read_metadata(self, /, validating",
                    "`*` -> `/` only loosens the signature (`validating` may also be passed by position); "
                    "every caller passes it by keyword"),
@@ -195,7 +226,9 @@ def copy_tree(dest: Path) -> None:
 
 
 def test_command(module: Module) -> str:
-    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly --no-header "
+    """The selection in its listed order (fastest-failing first), stopping at the first failure; the
+    watchdog plugin (scripts/mutation_watchdog.py) ends a run whose one test hangs."""
+    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly -p mutation_watchdog --no-header "
             + " ".join(module.tests))
 
 
@@ -316,7 +349,8 @@ def run_module(name: str, module: Module, workdir: Path, show_survivors: bool, r
         f'test-command = "{test_command(module)}"\n'
         '[cosmic-ray.distributor]\nname = "local"\n'
     )
-    env = {**os.environ, "PYTHONPATH": str(tree), "DATASETRT_HYPOTHESIS_PROFILE": "ci"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "scripts"))),
+           "DATASETRT_HYPOTHESIS_PROFILE": "ci"}
     cr = [sys.executable, "-m", "cosmic_ray.cli"]
     started = time.monotonic()
     baseline = subprocess.run(test_command(module).split(), cwd=tree, env=env, capture_output=True, text=True)

@@ -189,9 +189,10 @@ class CacheHandle:
         `validating=True` (validate_cache) words a kind mismatch as dataset-rt's validator does
         ("metadata 'x' is not float"); otherwise as its lazy decoder ("does not match manifest schema").
 
-        Framing faults follow dataset-rt: no leading ARROW1 magic or an implausible footer length
-        is CacheFormatError "invalid metadata Arrow footer"; a leading magic without the trailing one
-        (a truncated file) is ArrowFormatError "Arrow error: Parser error: ...".
+        Framing faults follow dataset-rt 0.4.8 (checked against it): fewer than 10 bytes, no leading
+        ARROW1 magic, or a footer length of 0 or past the file is CacheFormatError "invalid metadata
+        Arrow footer" (its ValueError); a leading magic without the trailing one (a truncated file) or
+        a negative footer length is ArrowFormatError "Arrow error: Parser error: ..." (its RuntimeError).
         """
         import hashlib
 
@@ -205,15 +206,18 @@ class CacheHandle:
             data = path.read_bytes()
         except OSError as exc:
             raise _io_error(exc, path) from None
-        if len(data) < 8 or data[:6] != b"ARROW1":
+        if len(data) < 10 or data[:6] != b"ARROW1":
             raise CacheFormatError(f"invalid metadata Arrow footer: {path}")
-        if len(data) < 18 or data[-6:] != b"ARROW1":
+        if data[-6:] != b"ARROW1":
             raise ArrowFormatError(f"Arrow error: Parser error: Arrow file does not contain correct footer: {path}")
         footer_len = int.from_bytes(data[-10:-6], "little", signed=True)
-        if footer_len <= 0 or footer_len > len(data) - 18:
+        if footer_len < 0:
+            raise ArrowFormatError(f"Arrow error: Parser error: Invalid footer length: {footer_len}: {path}")
+        if footer_len == 0 or footer_len > len(data) - 18:
             raise CacheFormatError(f"invalid metadata Arrow footer: footer length {footer_len}: {path}")
         try:
             table = ipc.open_file(pa.py_buffer(data)).read_all()
+            names = table.column_names  # decoded here: a name that is not UTF-8 is a UnicodeDecodeError
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
         schema = self.manifest.metadata_schema
@@ -221,7 +225,7 @@ class CacheHandle:
             raise CacheFormatError(f"metadata batch column count does not match manifest: {path}")
         columns = []
         for name, kind in schema:
-            if name not in table.column_names:
+            if name not in names:
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
             column = table.column(name)
             if kind == "string":

@@ -20,6 +20,7 @@ from typing import Any
 import xxhash
 
 import datasetrt as drt
+from datasetrt.errors import ArrowFormatError, CacheFormatError
 
 INDEX_ROW = struct.Struct("<QQQ")
 U64 = struct.Struct("<Q")
@@ -223,3 +224,31 @@ def assert_fault(outcome: Outcome, stage: str, cls: type, builtin: type, *fragme
     for fragment in fragments:
         assert str(fragment) in str(err), f"{fragment!r} not in {str(err)!r}"
     return err
+
+
+# -- metadata.arrow framing -----------------------------------------------------------------------
+
+
+def _framed(footer_len: int, body: bytes = b"\0" * 6) -> bytes:
+    return b"ARROW1" + body + footer_len.to_bytes(4, "little", signed=True) + b"ARROW1"
+
+
+# (id, whole metadata.arrow bytes, datasetrt class, message fragment), each as dataset-rt 0.4.8
+# answers it (tests/interop/test_messages.py checks the class against the real package): its
+# ValueError is CacheFormatError, its RuntimeError ("Arrow error: ...") ArrowFormatError.
+METADATA_FRAMINGS = [
+    ("empty", b"", CacheFormatError, "invalid metadata Arrow footer"),
+    ("7-bytes", b"ARROW1\0", CacheFormatError, "invalid metadata Arrow footer"),
+    ("8-bytes", b"ARROW1\0\0", CacheFormatError, "invalid metadata Arrow footer"),  # magic, too short for a trailer
+    ("9-bytes", b"ARROW1\0\0\0", CacheFormatError, "invalid metadata Arrow footer"),
+    ("no-trailing-magic", b"ARROW1\0\0\0\0", ArrowFormatError, "does not contain correct footer"),  # a trailer's 10 bytes
+    ("no-leading-magic", b"XRROW1" + b"\0" * 20 + b"ARROW1", CacheFormatError, "invalid metadata Arrow footer: /"),
+    ("footer-too-long", _framed(1000), CacheFormatError, "footer length 1000"),
+    ("footer-zero", _framed(0), CacheFormatError, "footer length 0"),
+    # 18 bytes is the smallest file with both magics, padding and a footer length: framed, 1 is implausible
+    ("18-bytes", _framed(1, b"\0" * 2), CacheFormatError, "footer length 1"),
+    ("17-bytes", _framed(1, b"\0"), CacheFormatError, "footer length 1"),  # the length overlaps the padding
+    ("12-bytes", b"ARROW1ARROW1", CacheFormatError, "footer length 827805522"),  # the length is b"OW1A"
+    ("footer-minus-1", _framed(-1), ArrowFormatError, "Parser error: Invalid footer length: -1:"),
+    ("footer-i32-min", _framed(-2**31), ArrowFormatError, "Parser error: Invalid footer length: -2147483648:"),
+]

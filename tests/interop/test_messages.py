@@ -4,9 +4,13 @@ sample's position in its source, the column and the value (issue 15 item 6)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import polars as pl
 import pytest
 
+from tests.integrity.corrupt import METADATA_FRAMINGS
 from tests.interop._interop import LIBS, Source, writer_config
 
 pytestmark = pytest.mark.interop
@@ -58,3 +62,30 @@ def test_update_metadata_weight_message_names_row_identity_and_value(runtimes, t
     ours, cache_id = messages["drt"]
     assert theirs == "weight 5 must be positive and finite"
     assert ours == f"{theirs}: row 5 (cache_id={cache_id}, sample_id=5) has weight -2.0"
+
+
+@pytest.fixture(scope="module")
+def one_cache(tmp_path_factory, runtimes):
+    [result] = runtimes["rt"].write_cache([Source(LIBS["rt"], "framed", [(b"x", {"i": 1}), (b"y", {"i": 2})])],
+                                          tmp_path_factory.mktemp("framing"), writer_config=writer_config(LIBS["rt"]))
+    return result.path
+
+
+@pytest.mark.parametrize("data", [f[1] for f in METADATA_FRAMINGS], ids=[f[0] for f in METADATA_FRAMINGS])
+def test_metadata_arrow_framing_refusals_take_dataset_rt_s_builtin_class(runtimes, one_cache, tmp_path, data):
+    """Each damaged metadata.arrow framing of tests/integrity/corrupt.py: datasetrt's error is an
+    instance of the builtin dataset-rt raises (ValueError or RuntimeError), and where dataset-rt's
+    message is its own framing text, datasetrt's starts with it."""
+    raised = {}
+    for label, lib in LIBS.items():
+        cache = Path(shutil.copytree(one_cache, tmp_path / label))
+        (cache / "metadata.arrow").write_bytes(data)
+        ds = runtimes[label].cached_dataset([str(cache)], reader_config=lib.ReaderConfig(seed=0))
+        with pytest.raises(Exception) as info:
+            ds.get_metadata()
+        raised[label] = info.value
+    theirs, ours = raised["rt"], raised["drt"]
+    assert type(theirs) in (ValueError, RuntimeError)
+    assert isinstance(ours, type(theirs)), (ours, theirs)
+    if str(theirs).startswith(("invalid metadata Arrow footer", "Arrow error")):
+        assert str(ours).startswith(str(theirs)), (ours, theirs)

@@ -189,8 +189,9 @@ def allowed_outcomes(path: str, at: int) -> set[str]:
     """What each case may end with. In-process the reader already holds the index and sidecar
     maps and its shard descriptors when the change lands, so the old cache reads to the end. Forked
     workers that have served tasks hold theirs too (at 1,000); right after the start one may not
-    have opened the cache yet (its run opens at its first task), and then the deletion is a typed
-    I/O error, or MissingManifestError when the manifest is already gone as that worker opens it."""
+    have opened the shards yet, and then the deletion is a typed I/O error - or, when the worker
+    had not even opened the cache (its OpenRun still queued: seen under load, 2026-12-01), the
+    directory has no manifest.json left to open, MissingManifestError."""
     if path == "inprocess" or at >= 1000:
         return {"complete"}
     return {"complete", "CacheIOError", "MissingManifestError"}

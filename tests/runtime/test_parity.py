@@ -8,6 +8,7 @@ empty records, records that split a task and records larger than a ring slot.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import polars as pl
@@ -16,7 +17,7 @@ import pytest
 import datasetrt as drt
 
 from datasetrt.runtime.run import ParallelRun
-from tests.runtime.conftest import MiB, compressible, pair, varied_items, write_cache
+from tests.runtime.conftest import MiB, active_run, compressible, pair, varied_items, write_cache
 
 RUNTIMES = [("fork", 1), ("fork", 2), ("fork", 3), ("spawn", 1), ("spawn", 2), ("spawn", 3)]
 PREFETCH = [1, 7, 64, 4096]
@@ -221,6 +222,21 @@ def test_five_concurrent_datasets_on_one_worker(runtimes, tmp_path):
 # -- the head start: a fresh runtime reads the head of its first window in-process ----------------
 
 
+def _handed_over(rt, items, head: int):
+    """`items` (an iterator of `rt`'s first window): the first `head`, then - once every worker has
+    reported ready - the rest. The workers take over inside the window however slowly they start
+    (a loaded machine once let the in-process head read all 20,000 samples); where, before `head`,
+    still depends on when they become ready."""
+    items = iter(items)
+    yield from itertools.islice(items, head)
+    pool = rt._worker_pool
+    while not pool.all_ready:
+        pool.poll(60.0, what="worker start-up")  # routes the WorkerReady messages; raises if none comes
+    run = active_run(rt)
+    yield from items
+    assert run._task_ids > 0, "the workers read none of the window: the head went on to its end"
+
+
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 @pytest.mark.parametrize("scenario", ["plain", "weighted", "batches"])
 def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method, scenario):
@@ -235,12 +251,12 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
                 _weighted(ds)
             ds.set_epoch_len(20_000)
         if scenario == "batches":
-            flat = lambda d: [(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))  # noqa: E731
-                              for b in d.iter_batches(37) for i in range(len(b))]
-            got, want = flat(par), flat(ref)
+            flat = lambda batches: [(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))  # noqa: E731
+                                    for b in batches for i in range(len(b))]
+            got, want = flat(_handed_over(rt, par.iter_batches(37), 20)), flat(ref.iter_batches(37))
             assert len(got) == 20_000 and got == want
         else:
-            assert_same(list(par), list(ref))
+            assert_same(list(_handed_over(rt, par, 500)), list(ref))
         assert rt._worker_pool.all_ready  # the workers took over before the end
     finally:
         rt.close()

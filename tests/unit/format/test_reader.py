@@ -16,10 +16,10 @@ import pyarrow.ipc as ipc
 import pytest
 
 import datasetrt as drt
-from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
+from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, DatasetRTError, IntegrityError
 from datasetrt.format.reader import CacheHandle
 from tests.conftest import ListSource, sample_items, writer_config
-from tests.integrity.corrupt import edit_manifest, rehash
+from tests.integrity.corrupt import METADATA_FRAMINGS, edit_manifest, rehash
 
 N = 7
 
@@ -49,6 +49,8 @@ def rewrite_metadata(cache: Path, table: pa.Table) -> None:
 
 def with_label_type(table: pa.Table, type_: pa.DataType) -> pa.Table:
     i = table.schema.get_field_index("label")
+    if pa.types.is_list(type_):  # one-element lists of the labels (strings cast to no list type)
+        return table.set_column(i, "label", pa.array([[v] for v in table.column("label").to_pylist()], type_))
     return table.set_column(i, "label", table.column("label").cast(type_))
 
 
@@ -76,8 +78,9 @@ def test_large_strings_reach_get_metadata_and_validate_cache(cache):
         assert ds.get_metadata()["label"].to_list() == original.column("label").to_pylist()
 
 
-@pytest.mark.parametrize("type_", [pa.binary(), pa.large_binary(), pa.dictionary(pa.int32(), pa.string())],
-                         ids=["binary", "large_binary", "dictionary"])
+@pytest.mark.parametrize("type_", [pa.binary(), pa.large_binary(), pa.dictionary(pa.int32(), pa.string()),
+                                   pa.list_(pa.string())],
+                         ids=["binary", "large_binary", "dictionary", "list"])  # a list cannot even be cast to utf8
 def test_other_types_for_a_string_column_are_refused(cache, type_):
     rewrite_metadata(cache, with_label_type(stored_table(cache), type_))
     handle = CacheHandle.open(cache)
@@ -132,19 +135,66 @@ def test_row_count_and_hash(cache):
     assert handle.read_metadata(validating=True).to_pydict() == table.to_pydict()  # validate_cache hashes at open
 
 
-@pytest.mark.parametrize("data, cls, message", [
-    (b"", CacheFormatError, "invalid metadata Arrow footer"),
-    (b"ARROW1\0\0", ArrowFormatError, "does not contain correct footer"),
-    (b"ARROW1" + b"\0" * 6 + (1000).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1000"),
-    (b"ARROW1" + b"\0" * 6 + (0).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 0"),
-    # 18 bytes is the smallest file with both magics and a footer length: framed, the length is implausible
-    (b"ARROW1" + b"\0" * 2 + (1).to_bytes(4, "little") + b"ARROW1", CacheFormatError, "footer length 1"),
-    (b"ARROW1" + b"\0" + (1).to_bytes(4, "little") + b"ARROW1", ArrowFormatError, "does not contain correct footer"),
-], ids=["empty", "no-trailing-magic", "footer-too-long", "footer-zero", "18-bytes", "17-bytes"])
+@pytest.mark.parametrize("data, cls, message", [f[1:] for f in METADATA_FRAMINGS], ids=[f[0] for f in METADATA_FRAMINGS])
 def test_framing(cache, data, cls, message):
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(cls, match=message):
         CacheHandle.open(cache).read_metadata()
+
+
+def test_a_footer_right_after_the_leading_magic_has_a_plausible_length(cache):
+    """The longest plausible footer fills the file between the leading magic + padding (8 bytes) and
+    the trailer (10): a file of only a footer (the schema, no batches) decodes to 0 rows, as in
+    dataset-rt 0.4.8, so the refusal is the row count, not the framing."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, stored_table(cache).schema):
+        pass
+    empty = sink.getvalue().to_pybytes()
+    footer_len = int.from_bytes(empty[-10:-6], "little")
+    data = b"ARROW1\0\0" + empty[-10 - footer_len:-10] + footer_len.to_bytes(4, "little") + b"ARROW1"
+    assert footer_len == len(data) - 18
+    (cache / "metadata.arrow").write_bytes(data)
+    with pytest.raises(CacheFormatError, match=f"expected {N}, got 0"):
+        CacheHandle.open(cache).read_metadata()
+
+
+def test_a_footer_that_fails_verification_is_a_typed_error(cache):
+    """pyarrow reports a footer that is not a valid flatbuffer as a bare OSError (not an
+    ArrowException): it must still come out as a datasetrt error naming the file."""
+    path = cache / "metadata.arrow"
+    data = bytearray(path.read_bytes())
+    footer_len = int.from_bytes(data[-10:-6], "little")
+    data[-10 - footer_len:-10] = b"\xff" * footer_len
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match="Verification of flatbuffer-encoded Footer failed"):
+        ipc.open_file(pa.py_buffer(bytes(data)))  # the raw error this test is about
+    with pytest.raises(DatasetRTError, match=f"Verification of flatbuffer-encoded Footer failed.*: {path}$"):
+        CacheHandle.open(cache).read_metadata()
+
+
+def test_a_column_name_that_is_not_utf8_is_a_typed_error(cache):
+    """A name that is not UTF-8 decodes (pyarrow checks no strings) until the name is read, as a
+    bare UnicodeDecodeError: it must come out as a datasetrt error naming the file."""
+    table = stored_table(cache).rename_columns(["index", "kept", "zzzzz", "score"])
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    assert data.count(b"zzzzz") == 2  # the schema message and the footer
+    path = cache / "metadata.arrow"
+    path.write_bytes(data.replace(b"zzzzz", b"\xc0zzzz"))
+    with pytest.raises(DatasetRTError, match=f"can't decode byte 0xc0.*: {path}$"):
+        CacheHandle.open(cache).read_metadata()
+
+
+@pytest.mark.parametrize("damage", ["removed", "a-directory"])
+def test_metadata_gone_after_open_is_a_cache_io_error(cache, damage):
+    handle = CacheHandle.open(cache)
+    (cache / "metadata.arrow").unlink()
+    if damage == "a-directory":
+        (cache / "metadata.arrow").mkdir()
+    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error \\d+\\): {cache / 'metadata.arrow'}$"):
+        handle.read_metadata()
 
 
 # -- open: shapes against the manifest ---------------------------------------------------------------
@@ -219,6 +269,14 @@ def test_validate_deep_checks_every_index_entry(cache):
         (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *r) for r in [*rows[:2], row, *rows[3:]]))
         rehash(cache)
         with pytest.raises(CacheFormatError, match=f"{message}.*(row 2|index.bin)"):
+            CacheHandle.open(cache).validate_deep()
+    # Two bad rows: the message names the first (with its own shard id).
+    shards = len(list((cache / "shards").iterdir()))
+    for bad, message in [({2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}, f"missing shard {shards + 5}: .*index.bin row 2$"),
+                         ({2: (0, 0, 7), 4: (0, 0, 6)}, "index row 2 lies outside its shard")]:
+        (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *bad.get(i, r)) for i, r in enumerate(rows)))
+        rehash(cache)
+        with pytest.raises(CacheFormatError, match=message):
             CacheHandle.open(cache).validate_deep()
     last = (0, shard_len - 8, 8)  # exactly at the end: in range
     (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *r) for r in [*rows[:2], last, *rows[3:]]))

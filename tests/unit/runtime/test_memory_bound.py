@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+import datasetrt as drt
 from datasetrt.errors import DatasetRTError, ResourceLimitError
 from datasetrt.runtime.memory import MemoryBound
-from datasetrt.runtime.run import RunShape
+from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.run import RunShape, planned_record_bytes
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import SlotLayout
+from tests.conftest import ListSource, writer_config
 
 MiB = 1 << 20
 GUIDE = Path(__file__).resolve().parents[3] / "docs" / "memory-guide.md"
@@ -70,6 +73,28 @@ def test_memory_guide_figures_are_what_the_code_prints():
         assert got == line
 
 
+@pytest.mark.parametrize(("algo", "payload_bytes", "planned"), [
+    ("none", 40_000, None),  # the largest stored record (payload + envelope)
+    ("lz4", 40_000, 2 * 40_000 + 256),
+    ("lz4", 5 * MiB, 10 * MiB + 256),
+    ("lz4", 9 * MiB, 16 * MiB),  # capped: manifests are untrusted, larger records split their tasks
+], ids=["stored", "decoded", "decoded-5MiB", "decoded-cap"])
+def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(tmp_path, algo, payload_bytes, planned):
+    """docs/memory-guide.md: the planned record is the largest stored record or, for a compressed
+    cache, twice the average decoded payload if that is larger (+256 B, at most 16 MiB:
+    runtime/run.py). Payloads of one repeated byte, which lz4 shrinks to a few KiB."""
+    items = [(bytes([k]) * payload_bytes, {"k": k}) for k in range(2)]
+    with drt.DatasetRuntime(num_workers=1) as rt:
+        [res] = rt.write_cache(ListSource("p", items), tmp_path, writer_config=writer_config(algo))
+    handle = CacheHandle.open(res.path)
+    stored = int(handle.index_array()[:, 2].max())
+    if planned is None:
+        assert planned_record_bytes([handle]) == stored > payload_bytes
+    else:
+        assert stored < payload_bytes // 100
+        assert planned_record_bytes([handle]) == planned
+
+
 def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
     bound = MemoryBound(ring_slots=6, slot_bytes=1_064_960, num_workers=2)
     assert bound.ring_bytes == 6 * 1_064_960
@@ -84,6 +109,15 @@ def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
         "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes")
 
 
+def test_batch_run_bound_prints_held_batches_and_its_own_scratch():
+    """A batch run's bound: the ring holds up to held_slots leased batches, one more batch may be
+    copied out of its slot, and the workers' scratch is the staged-records size, not a slot."""
+    bound = MemoryBound(ring_slots=5, slot_bytes=3 * MiB // 2, num_workers=2, held_slots=3, scratch_bytes=3 * MiB // 4)
+    assert bound.total == 5 * 3 * MiB // 2 + 3 * MiB // 2 + 2 * 3 * MiB // 4
+    assert bound.describe() == ("ring 5 slots x 1.5 MiB = 7.5 MiB (up to 3 of them batches the consumer holds)"
+                                " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 10.5 MiB")
+
+
 def test_a_bound_cannot_change_after_it_is_checked():
     import dataclasses
 
@@ -91,6 +125,16 @@ def test_a_bound_cannot_change_after_it_is_checked():
     with pytest.raises(dataclasses.FrozenInstanceError):
         bound.ring_slots = 400
     assert bound.total == 7 * MiB
+
+
+def test_a_run_shape_cannot_change_after_it_is_planned():
+    """The bound is checked and the ring is made from one shape: it cannot change in between."""
+    import dataclasses
+
+    shape = RunShape.plan(1024, 1, 4096)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        shape.slots = 400
+    assert shape.slots == 4
 
 
 def test_resource_limit_error_is_a_memory_error():

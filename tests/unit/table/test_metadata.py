@@ -72,6 +72,13 @@ def test_physical_table_layout():
     assert df["weight"].to_list() == [1.0] * 9
 
 
+def test_physical_table_of_one_cache():
+    one = CacheCatalog(IDS[1:], COUNTS[1:], ["b"])
+    df = physical_table(one, SCHEMA, lambda k: _stored(k + 1))
+    assert df["cache_id"].to_list() == [IDS[1]] * 4 and df["sample_id"].to_list() == [0, 1, 2, 3]
+    assert df["label"].to_list() == ["c1-0", "c1-1", "c1-2", "c1-3"]
+
+
 def test_physical_table_round_trips_through_validation():
     active = ok(physical())
     assert active.cache_pos.tolist() == [0] * 5 + [1] * 4
@@ -257,6 +264,9 @@ def test_precedence_row_by_row():
     # a negative identity fails at its own row (sample_id 0 in row 0 is valid), after an earlier null
     fails(i64.with_columns(at("sample_id", 3, -1, pl.Int64)).with_columns(at("cache_id", 2, None, pl.Int64)),
           "samples metadata column 'cache_id' contains null")
+    # in one signed column, a null before a negative is reported as the null (its row comes first)
+    fails(i64.with_columns(at("sample_id", 1, None, pl.Int64)).with_columns(at("sample_id", 3, -1, pl.Int64)),
+          "samples metadata column 'sample_id' contains null")
     # within a row: cache_id, sample_id, weight, then the identity lookup
     fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
           "samples metadata column 'weight' contains null")
