@@ -73,26 +73,21 @@ class BatchRun(ParallelRun):
     def __iter__(self) -> Iterator[PackedBatch]:
         position = 0
         try:
-            if self.pool is None:  # not launched yet: the first batch first, then the pool
-                first = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
-                for packed in first:
-                    position = packed.first + packed.rows
-                    yield packed
-                    break
-                first.close()
-                self._next_first = position
-                self._attach()
-            # Head start, as ParallelRun: batches read here while no worker is ready yet.
-            if not self.pool.ready_workers():
-                head = local_batches(self.fallback, self.window, self.batch_shape, start=position,
-                                     buffers=self._buffers)
+            # Head start, as ParallelRun: batches read here while no worker is ready yet. A pool
+            # not launched yet (pool_running=False) is launched after the first of them.
+            if self.pool is None or not self.pool.ready_workers():
+                head = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
                 for packed in head:
                     position = packed.first + packed.rows
                     yield packed
+                    if self.pool is None:
+                        self._attach()
                     if self.pool.ready_workers():
                         break
                     self.pool.check_startup()
                 head.close()
+                if self.pool is None:  # an empty window
+                    self._attach()
                 self._next_first = position
             while position < self._end:
                 # (slots whose leases ended since the last batch go back to work first)

@@ -80,12 +80,18 @@ class SharedBuffers:
         # (uint8 tensor over the whole storage, address, payload bytes, next free tail byte)
         self._handed: list[list] = []
 
+    @classmethod
+    def _aligned(cls, nbytes: int) -> int:
+        return -(-nbytes // cls.ALIGN) * cls.ALIGN
+
     def take(self, nbytes: int) -> np.ndarray:
-        start = -(-nbytes // self.ALIGN) * self.ALIGN
-        storage = torch.UntypedStorage._new_shared(max(start + self.tail_bytes, 1))
-        tensor = torch.empty(0, dtype=torch.uint8).set_(storage)
-        self._handed = [[tensor, storage.data_ptr(), nbytes, start], *self._handed][: self.KEEP]
-        return tensor[:nbytes].numpy()
+        storage = torch.UntypedStorage._new_shared(max(self._aligned(nbytes) + self.tail_bytes, 1))
+        return self._hand(torch.empty(0, dtype=torch.uint8).set_(storage), nbytes)
+
+    def _hand(self, buffer: torch.Tensor, nbytes: int) -> np.ndarray:
+        """Record `buffer` (uint8, payload then tail) as handed out; its first `nbytes` as numpy."""
+        self._handed = [[buffer, buffer.data_ptr(), nbytes, self._aligned(nbytes)], *self._handed][: self.KEEP]
+        return buffer[:nbytes].numpy()
 
     def _holding(self, array: np.ndarray) -> list | None:
         address, nbytes = array.__array_interface__["data"][0], array.nbytes
@@ -126,7 +132,7 @@ class SharedBuffers:
             if end <= len(whole):
                 view = self._view(whole, start, array)
                 view.numpy()[...] = array
-                handed[3] = -(-end // self.ALIGN) * self.ALIGN
+                handed[3] = self._aligned(end)
                 return view
         return _own(array)
 
@@ -142,15 +148,12 @@ class LendingBuffers(SharedBuffers):
         self._no_ring = False
 
     def take(self, nbytes: int) -> np.ndarray:
-        start = -(-nbytes // self.ALIGN) * self.ALIGN
+        need = self._aligned(nbytes) + self.tail_bytes
         if self._ring is None and not self._no_ring:  # sized by the first batch, a full one
-            self._no_ring = start + self.tail_bytes > MAX_SLOT_BYTES
-            self._ring = None if self._no_ring else WorkerRing(start + self.tail_bytes)
-        slot = None if self._ring is None else self._ring.take(start + self.tail_bytes)
-        if slot is None:
-            return super().take(nbytes)
-        self._handed = [[slot, slot.data_ptr(), nbytes, start], *self._handed][: self.KEEP]
-        return slot[:nbytes].numpy()
+            self._no_ring = need > MAX_SLOT_BYTES
+            self._ring = None if self._no_ring else WorkerRing(need)
+        slot = None if self._ring is None else self._ring.take(need)
+        return super().take(nbytes) if slot is None else self._hand(slot, nbytes)
 
     def lend(self, item: Any) -> Any:
         """`item` as it travels to the main process (`WorkerRing.lend`)."""
@@ -175,6 +178,9 @@ class _OwnMemory:
 
     def copy_in(self, array: np.ndarray) -> np.ndarray:
         return array
+
+    def lend(self, item: Any) -> Any:
+        return item
 
 
 def _item(batch: Any, ds: CachedDataset, typed: _Typed, buffers: SharedBuffers | _OwnMemory,
@@ -221,11 +227,10 @@ class BatchLoaderDataset(LoaderDataset):
         if reader is None:  # main process: the dataset's own batch path (ring slots, if it has workers)
             ds, buffers = self._dataset, _OwnMemory()
             batches = ds.read_window_batches(window, self._spec.batch, with_metadata=False)
-            # `map`: no frame here keeps an item once it is handed to torch
-            return map(functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers,
-                                         transform=self.sample_transform_fn), batches)
-        ds, buffers = reader.ds, LendingBuffers(self._tail_bytes(reader.ds))
-        batches = reader.read_batches(window, self._spec.batch, buffers)
+        else:
+            ds, buffers = reader.ds, LendingBuffers(self._tail_bytes(reader.ds))
+            batches = reader.read_batches(window, self._spec.batch, buffers)
+        # `map`: no frame here keeps an item once it is handed to torch
         made = map(functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers,
                                      transform=self.sample_transform_fn), batches)
         return map(buffers.lend, made)
@@ -263,10 +268,10 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
     def __iter__(self) -> Any:
         tracked = super().__iter__()
         if self.num_workers > 0:  # items lent from the workers' rings become tensors here
-            if not self.persistent_workers:
+            if not self.persistent_workers:  # one per pass: its workers and their rings end with it
                 receiver = Receiver(self.num_workers)
-            else:
-                receiver = self.__dict__.setdefault("_receiver", Receiver(self.num_workers))
+            elif (receiver := getattr(self, "_receiver", None)) is None:  # one for the workers' life
+                receiver = self._receiver = Receiver(self.num_workers)
             if getattr(tracked._it, "_pin_memory", False):  # torch's pin thread passed them through
                 device = tracked._it._pin_memory_device
                 tracked.deliver = lambda item: pin_memory(receiver.receive(item), device)

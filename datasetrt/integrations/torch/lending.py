@@ -29,6 +29,7 @@ import os
 import secrets
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,7 @@ class WorkerRing:
         """A uint8 tensor over a free slot of at least `nbytes` (now lent), or None."""
         if nbytes > self.slot_bytes:
             return None
-        free = np.flatnonzero(self._state[:SLOTS] == 0)
+        free = np.flatnonzero(self._state == 0)
         if len(free) == 0:
             return None
         slot = int(free[0])
@@ -100,7 +101,18 @@ class WorkerRing:
         that nothing uses are free again. `tree` itself when it uses no slot."""
         used: set[int] = set()
         opaque = [False]
-        replaced = self._replace(tree, used, opaque)
+
+        def leaf(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                if value.device.type != "cpu" or value.untyped_storage().data_ptr() != self._address:
+                    return value
+                used.add((value.storage_offset() * value.element_size() - HEADER_BYTES) // self.slot_bytes)
+                return RingView(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset())
+            if not isinstance(value, _PLAIN):
+                opaque[0] = True
+            return value
+
+        replaced = _map_leaves(tree, leaf)
         if opaque[0]:
             # Something may hold a ring tensor out of sight: the slots taken stay lent for good
             # (nothing returns them) and `tree` travels as torch sends it (the ring's storage by
@@ -114,21 +126,6 @@ class WorkerRing:
             return tree
         storage, self._sent = (None if self._sent else self.whole), True
         return LentBatch(self.name, tuple(sorted(used)), replaced, storage)
-
-    def _replace(self, value: Any, used: set[int], opaque: list[bool]) -> Any:
-        if isinstance(value, torch.Tensor):
-            if value.device.type != "cpu" or value.untyped_storage().data_ptr() != self._address:
-                return value
-            first = value.storage_offset() * value.element_size() - HEADER_BYTES
-            used.add(first // self.slot_bytes)
-            return RingView(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset())
-        if type(value) is dict:
-            return {k: self._replace(v, used, opaque) for k, v in value.items()}
-        if type(value) in (list, tuple):
-            return type(value)(self._replace(v, used, opaque) for v in value)
-        if not isinstance(value, _PLAIN):
-            opaque[0] = True
-        return value
 
 
 def _return_slots(state: np.ndarray, slots: tuple[int, ...]) -> None:
@@ -166,14 +163,14 @@ class Receiver:
                 flat = by_dtype[view.dtype] = torch.from_numpy(lease).view(view.dtype)
             return flat.as_strided(view.shape, view.stride, view.offset)
 
-        return _rebuild(item.tree, rebuilt)
+        return _map_leaves(item.tree, lambda value: rebuilt(value) if isinstance(value, RingView) else value)
 
 
-def _rebuild(value: Any, rebuilt: Any) -> Any:
-    if isinstance(value, RingView):
-        return rebuilt(value)
+def _map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value` with every leaf (anything but a dict, list or tuple) replaced by `leaf(value)`;
+    containers are rebuilt as their own type, others are leaves."""
     if type(value) is dict:
-        return {k: _rebuild(v, rebuilt) for k, v in value.items()}
+        return {k: _map_leaves(v, leaf) for k, v in value.items()}
     if type(value) in (list, tuple):
-        return type(value)(_rebuild(v, rebuilt) for v in value)
-    return value
+        return type(value)(_map_leaves(v, leaf) for v in value)
+    return leaf(value)
