@@ -90,6 +90,7 @@ MODULES: dict[str, Module] = {
     "runtime/run": Module("datasetrt/runtime/run.py", (
         "tests/unit/runtime/test_memory_bound.py", "tests/runtime/test_memory.py",
         "tests/runtime/test_faults.py::test_corrupted_record_raises_integrity_error_with_worker_traceback",
+        "tests/runtime/test_faults.py::test_corrupt_first_batch_of_a_fresh_runtime_raises_integrity_error",
         "tests/runtime/test_parity.py"),
         frozenset({None, "RunShape", "plan", "rows_per_task", "slot_bytes", "planned_record_bytes", "__init__",
                    "_on_message", "_wait_for", "_submit", "__iter__", "_inline_chunk"}), timeout_s=240.0),
@@ -161,6 +162,10 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
                    "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
                    "below `largest` (which starts at 0), so the max() ignores either"),
+        Equivalent("planned_record_bytes", "NumberReplacer", "largest = 1",
+                   "differs only when no cache holds a sample (a stored record is at least 8 bytes), and every "
+                   "user takes max(..., 1) (RunShape.plan, BatchShape.buffer_bytes) or max(4 MiB, ...) "
+                   "(batch_ring's scratch)"),
         Equivalent("plan", "NumberReplacer", "record = max(max_record_bytes, 2)",
                    "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
                    "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "

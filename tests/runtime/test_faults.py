@@ -176,6 +176,25 @@ def test_corrupted_record_raises_integrity_error_with_worker_traceback(fork_rt, 
     check_usable(fork_rt, [good])
 
 
+def test_corrupt_first_batch_of_a_fresh_runtime_raises_integrity_error(good, tmp_path):
+    """A fresh runtime reads its first batch in this process before launching its workers
+    (BatchRun(pool_running=False)): a corrupt record there raises IntegrityError itself (the run,
+    never attached to a pool, closes without touching one), and the runtime stays usable."""
+    bad = write_cache(tmp_path, "bad", sample_items(200), "none")
+    flip_payload_byte(bad, 3)
+    rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
+    try:
+        ds = rt.cached_dataset([bad], reader_config=drt.ReaderConfig(seed=1, shuffle=False))
+        with pytest.raises(IntegrityError, match="sample 3"):
+            next(ds.iter_batches(16))
+        assert not rt.workers_launched
+        gc.collect()
+        assert shm_entries() == []
+        check_usable(rt, [good])
+    finally:
+        rt.close()
+
+
 def test_shard_deleted_after_open_raises_cache_io_error(fork_rt, good, tmp_path):
     cache = write_cache(tmp_path, "gone", sample_items(200), "zstd", max_shard_bytes=4096)
     ds = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=1), runtime=fork_rt)

@@ -16,6 +16,7 @@ import pytest
 
 import datasetrt as drt
 
+from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.run import ParallelRun
 from tests.runtime.conftest import MiB, active_run, compressible, pair, varied_items, write_cache
 
@@ -134,6 +135,29 @@ def test_split_tasks_and_oversized_records_take_their_paths(runtimes, mixed, mon
     assert len(big) == 2 and inline == big
     assert any(m.rows > 0 and m.need_bytes > 0 for m in seen if hasattr(m, "need_bytes")), "no task split"
     assert any(m.rows == 0 and m.need_bytes > 0 for m in seen if hasattr(m, "need_bytes")), "no fallback"
+
+
+@pytest.mark.parametrize("batch_size", [None, 16], ids=["samples", "batches"])
+def test_tasks_carry_rows_and_cover_the_window(runtimes, mixed, monkeypatch, batch_size):
+    """Every task a run sends carries at least one row of its window, and together the tasks
+    cover the window (a split task's rest is sent again, so ranges may overlap): no empty task
+    past the window's end, which would hold a ring slot the consumer never frees in that run."""
+    sent = []
+    submit = WorkerPool.submit
+    monkeypatch.setattr(WorkerPool, "submit", lambda self, run, task: (sent.append((task.first, task.count)),
+                                                                       submit(self, run, task))[1])
+    ref, par = pair(mixed, runtimes("fork", 2), seed=4, shuffle=False, prefetch_size=64)
+    if batch_size is None:
+        assert_same(list(par), list(ref))
+    else:
+        assert sum(len(b) for b in par.iter_batches(batch_size)) == len(ref)
+    assert sent, "no task reached the workers"
+    assert all(count >= 1 and 0 <= first and first + count <= len(ref) for first, count in sent), sent
+    covered = sorted({k for first, count in sent for k in range(first, first + count)})
+    in_process = set()  # records larger than a slot are read by the parent, not sent
+    if batch_size is None:
+        in_process = {k for k, s in enumerate(ref) if len(s.data) >= 3 * MiB}
+    assert set(covered) | in_process == set(range(len(ref)))
 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
