@@ -16,7 +16,7 @@ import datasetrt as drt
 from datasetrt.errors import DatasetRTError, ResourceLimitError
 from datasetrt.runtime.memory import MemoryBound
 from datasetrt.format.reader import CacheHandle
-from datasetrt.runtime.run import RunShape, planned_record_bytes
+from datasetrt.runtime.run import RunShape, RunSpec, planned_record_bytes
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import SlotLayout
 from tests.conftest import ListSource, writer_config
@@ -136,6 +136,18 @@ def test_a_run_shape_cannot_change_after_it_is_planned():
     with pytest.raises(dataclasses.FrozenInstanceError):
         shape.slots = 400
     assert shape.slots == 4
+
+
+def test_a_run_spec_cannot_change_after_the_run_starts():
+    """A run plans its ring, its bound and its tasks from one RunSpec (window, workers, sizes)."""
+    import dataclasses
+
+    spec = RunSpec(caches=None, window=None, num_workers=2, prefetch_size=64, max_record_bytes=4096,
+                   memory_limit_bytes=1 << 30, timeout_s=5.0, fallback=None, rows_hint=16)
+    for field, value in (("num_workers", 3), ("prefetch_size", 4096), ("rows_hint", None), ("window", object())):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, field, value)
+    assert (spec.num_workers, spec.prefetch_size, spec.rows_hint, spec.window) == (2, 64, 16, None)
 
 
 def test_resource_limit_error_is_a_memory_error():
