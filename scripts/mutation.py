@@ -114,6 +114,9 @@ _ZERO_IS_IN_RANGE = ("differs only for value 0, which reaches this line only whe
                      "caller's maximum is positive (U63_MAX by default, U64_MAX, U32_MAX, MAX_SAMPLE_COUNT, "
                      "DICT_MAX_BYTES)")
 _CONCAT_OF_ONE = "`pa.concat_tables` of one table is that table's rows and schema unchanged"
+_LARGEST_START = ("differs only when no cache holds a sample (a stored record is at least 8 bytes), and every "
+                  "user takes max(..., 1) (RunShape.plan, BatchShape.buffer_bytes) or max(4 MiB, ...) "
+                  "(batch_ring's scratch)")
 EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
     "sampling/planner": (
         Equivalent("__init__", "NumberReplacer", "scale: float = ",
@@ -157,15 +160,18 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("__init__", "NumberReplacer", "self._task_ids = -1",
                    "task ids are opaque keys: the first becomes 0 instead of 1, and the pool counts any id >= 0 "
                    "as a task (negative ids are failures outside a task)"),
+        Equivalent("__init__", "NumberReplacer", "self._task_ids = 1",
+                   "task ids are opaque keys (see `self._task_ids = -1`): the first becomes 2 instead of 1"),
         Equivalent("_submit", "NumberReplacer", "self._task_ids += 2",
                    "task ids are opaque keys (see `self._task_ids = -1`): 2, 4, 6... are as distinct as 1, 2, 3..."),
         Equivalent("planned_record_bytes", "NumberReplacer", "default= -1)",
                    "the default is used only for a cache with no shards, where min(..., 0) and min(..., -1) are both "
                    "below `largest` (which starts at 0), so the max() ignores either"),
-        Equivalent("planned_record_bytes", "NumberReplacer", "largest = 1",
-                   "differs only when no cache holds a sample (a stored record is at least 8 bytes), and every "
-                   "user takes max(..., 1) (RunShape.plan, BatchShape.buffer_bytes) or max(4 MiB, ...) "
-                   "(batch_ring's scratch)"),
+        Equivalent("planned_record_bytes", "NumberReplacer", "largest = 1", _LARGEST_START),
+        Equivalent("planned_record_bytes", "NumberReplacer", "largest = -1", _LARGEST_START),
+        Equivalent("planned_record_bytes", "NumberReplacer", "default= 1)",
+                   "the default is used only for a cache with no shards, and this loop reaches only caches "
+                   "with samples, which always have shards"),
         Equivalent("plan", "NumberReplacer", "record = max(max_record_bytes, 2)",
                    "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
                    "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "

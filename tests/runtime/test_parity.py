@@ -267,13 +267,19 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
     """Whatever the split between the in-process head and the workers (it depends on when they
     become ready), the window is bit-identical to the in-process reader's: weighted draws,
     oversize records (in-process fallback), task splits and batch alignment included. The head
-    is read here: the workers' first task starts after it (batches: the first batch is always read
-    before the pool launches; spawn: its workers need ~0.1 s to report ready, a fork may be quicker
-    than the first chunk)."""
-    firsts = []
+    is read here until a worker has reported ready, and the workers' first task starts after it
+    (batches: the first batch is always read before the pool launches; spawn: its workers need
+    ~0.1 s to report ready; a fork may be quicker than the first chunk)."""
+    firsts, ready_at_first_task = [], []
     submit = WorkerPool.submit
-    monkeypatch.setattr(WorkerPool, "submit", lambda self, run, task: (firsts.append(task.first),
-                                                                       submit(self, run, task))[1])
+
+    def recording_submit(self, run, task):
+        if not firsts:
+            ready_at_first_task.append(any(r is not None for r in self.ready))
+        firsts.append(task.first)
+        return submit(self, run, task)
+
+    monkeypatch.setattr(WorkerPool, "submit", recording_submit)
     rt = drt.DatasetRuntime(num_workers=2, start_method=method)
     try:
         ref, par = pair(mixed, rt, seed=13, shuffle=True, prefetch_size=64)
@@ -289,6 +295,8 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
         else:
             assert_same(list(_handed_over(rt, par, 500)), list(ref))
         assert rt._worker_pool.all_ready  # the workers took over before the end
+        # The head goes on until a worker has reported ready, so the first task goes to one.
+        assert ready_at_first_task == [True], "a task was sent while no worker was ready"
         if method == "spawn" or scenario == "batches":
             assert firsts and min(firsts) > 0, "the workers read the window's head: no in-process head start"
     finally:

@@ -46,6 +46,7 @@ SHAPES = [
     ((1024, 2, 100, 10_000), (4096, 1_277_952, 6)),  # small records: capped at 4096 rows (224 KiB header)
     ((1024, 2, 4096, 3), (3, 1_052_672, 15)),  # a batch under 16 rows is taken as it is; cap 15
     ((1024, 2, 4096, 1), (1, 1_052_672, 15)),  # iter_batches(1): one row per task, not the 2 the floor of 1 allows
+    ((1024, 2, 100_000, 64), (41, 4_104_192, 6)),  # a batch of 64 large records: 4 MiB // 100,000 B = 41 rows per task
 ]
 
 
