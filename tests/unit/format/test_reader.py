@@ -8,6 +8,7 @@ what it must (tests/integrity/corrupt.py), so the check under test is the one th
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from pathlib import Path
 
@@ -223,6 +224,20 @@ def test_index_size_checks(cache):
     handle = CacheHandle.open(cache)
     index.write_bytes(data + b"\0" * 24)  # grows after open, before the first map
     with pytest.raises(CacheFormatError, match="changed on disk"):
+        handle.index_map()
+
+
+def test_index_replaced_after_open_by_one_of_the_same_size_is_refused_at_first_map(cache):
+    """An index.bin replaced after open by another valid index of the same size (its rows
+    reversed: other records under the same positions) is refused by the handle's identity (inode,
+    mtime), which the size checks cannot see; nothing of it is read."""
+    handle = CacheHandle.open(cache)
+    index = cache / "index.bin"
+    data = index.read_bytes()
+    swapped = cache / "index.bin.new"
+    swapped.write_bytes(b"".join(reversed([data[k: k + 24] for k in range(0, len(data), 24)])))
+    os.replace(swapped, index)
+    with pytest.raises(CacheFormatError, match=f"cache changed on disk since it was opened: {cache}"):
         handle.index_map()
 
 
