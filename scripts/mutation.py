@@ -170,8 +170,9 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("planned_record_bytes", "NumberReplacer", "largest = 1", _LARGEST_START),
         Equivalent("planned_record_bytes", "NumberReplacer", "largest = -1", _LARGEST_START),
         Equivalent("planned_record_bytes", "NumberReplacer", "default= 1)",
-                   "the default is used only for a cache with no shards, and this loop reaches only caches "
-                   "with samples, which always have shards"),
+                   "the default is used only for a cache with samples but no shards (a damaged manifest that "
+                   "opens and is refused when a record is read), where min(..., 1) makes `largest` at most 1, "
+                   "which every user treats as 0 (see `largest = 1`)"),
         Equivalent("plan", "NumberReplacer", "record = max(max_record_bytes, 2)",
                    "differs only for records of 0 or 1 byte, where TASK_TARGET_BYTES // record (and 4x it) is far "
                    "above the 512-row and MAX_ROWS_PER_TASK caps and rows x record (at most 4096 x 2 bytes) far "

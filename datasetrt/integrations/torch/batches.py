@@ -10,10 +10,12 @@ the dataset is reached only through its integration seam (`read_window_batches`,
 One item per batch: torch runs with `batch_size=None` (no collate). DataLoader worker w of K
 reads the rank's batches w, w+K, ... (`_Share`); torch takes workers round-robin, so the batches
 come out in plan order for any K. Each batch is gathered in the worker, in its final layout, into
-a fresh `torch.UntypedStorage._new_shared` storage (`SharedBuffers`), and the tensors returned
-are views of that storage: torch's worker->main transfer passes its file descriptor, not the
-bytes (a `length=` projection is a new array, copied into such a storage once). The ids, offsets,
-shapes and number columns go into the same storage's tail: one storage, one transfer per batch.
+a slot of the worker's ring of shared storage (`LendingBuffers`, lending.py: the ring reaches the
+main process once per pass, each batch as slot numbers and views, rebuilt there by `Receiver`),
+or into a fresh `torch.UntypedStorage._new_shared` storage when no slot is free or the batch
+outgrows one (`SharedBuffers`: torch's transfer passes its file descriptor, not the bytes). A
+`length=` projection is a new array, copied into such a buffer once. The ids, offsets, shapes and
+number columns go into the same buffer's tail: one storage per batch.
 Without DataLoader workers the main process reads through the dataset as `iter_batches` does (its
 runtime's reader processes and leased ring slots, when it has them); the tensors are then views
 of the leased slot, which returns to the ring when they are gone.
@@ -104,8 +106,7 @@ class SharedBuffers:
 
     @staticmethod
     def _view(whole: torch.Tensor, start: int, array: np.ndarray) -> torch.Tensor:
-        dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
-        return whole[start:start + array.nbytes].view(dtype).reshape(array.shape)
+        return whole[start:start + array.nbytes].view(_torch_dtype(array.dtype)).reshape(array.shape)
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         """`array` (C-contiguous) as a tensor over the same memory: a view of the shared storage
@@ -158,6 +159,12 @@ class LendingBuffers(SharedBuffers):
     def lend(self, item: Any) -> Any:
         """`item` as it travels to the main process (`WorkerRing.lend`)."""
         return item if self._ring is None else self._ring.lend(item)
+
+
+@functools.cache
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    """torch's dtype for a numpy dtype (as `torch.from_numpy` maps it), looked up once per dtype."""
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 def _own(array: np.ndarray) -> torch.Tensor:
@@ -283,8 +290,8 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
 def _reader_workers_suffice(dataset: CachedDataset, num_workers: Any, batch_transform: Callable | None,
                             timeout: float, prefetch_factor: Any, persistent_workers: Any) -> bool:
     """`num_workers="auto"` means no torch worker when the dataset's reader processes already
-    gather each batch into shared memory (the tensors are views of their ring slot: 5-10x the
-    torch-worker path, docs/benchmarks.md) and nothing asks for torch workers: no
+    gather each batch into shared memory (the tensors are views of their ring slot: 2.2-3.4x the
+    torch-worker path in docs/benchmarks.md's runs) and nothing asks for torch workers: no
     `batch_transform` to run in them and no worker-only option (`timeout`, `prefetch_factor`,
     `persistent_workers`) set."""
     return (is_auto(num_workers) and batch_transform is None and dataset.reads_with_workers and timeout == 0
