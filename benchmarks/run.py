@@ -443,7 +443,7 @@ def read_contenders(kind: str, algo: str, stream_peers: bool) -> list[str]:
     int32[512]: datasetrt per-sample + np.stack, batches + reshape, `.to_numpy()` when SampleBatch
     has it, the in-process pair, loaderx Dense, the numpy memmap gather and the pread limit."""
     if kind == "tok512":
-        from datasetrt.records import SampleBatch
+        from datasetrt.runtime.sample_batch import SampleBatch
 
         ours = [OURS, BATCHES] + ([TO_NUMPY] if hasattr(SampleBatch, "to_numpy") else []) + [INPROC, BATCHES_INPROC]
         peers = ["loaderx", GATHER, PREAD]

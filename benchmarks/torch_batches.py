@@ -71,7 +71,7 @@ def stack(items):
 
 
 def has_to_torch_batches() -> bool:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.cached import CachedDataset
 
     return hasattr(CachedDataset, "to_torch_batches")
 

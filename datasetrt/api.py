@@ -3,7 +3,7 @@
 Boundary: re-exports only.
 """
 
-from datasetrt.config import (
+from datasetrt.values.config import (
     DEFAULT_SHARD_COMPRESSION,
     DEFAULT_WRITER_CONFIG,
     DEFAULT_WRITER_PROFILER_CONFIG,
@@ -14,20 +14,18 @@ from datasetrt.config import (
     WriterConfig,
     WriterProfilerConfig,
 )
-from datasetrt.arrays import RaggedArrays
-from datasetrt.dataset import CachedDataset
-from datasetrt.dataset_runtime import DatasetRuntime
+from datasetrt.values.arrays import RaggedArrays
+from datasetrt.dataset.cached import CachedDataset
+from datasetrt.dataset.runtime import DatasetRuntime
 from datasetrt.sampling.curriculum import Curriculum, Stage
 from datasetrt.sampling.mixture import Mixture, Stream
-from datasetrt.records import (
-    AbsentManifestTarget,
-    BytesLike,
-    CachedSample,
-    CacheInput,
-    CacheSource,
+from datasetrt.dataset.runtime import (
     CacheSourcesDatasetError,
     CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
+)
+from datasetrt.format.results import (
+    AbsentManifestTarget,
     CacheWriteError,
     CacheWriteResult,
     CacheWriteSuccess,
@@ -35,11 +33,17 @@ from datasetrt.records import (
     ManifestUpdateEntry,
     ManifestUpdateError,
     ManifestUpdateReport,
-    Metadata,
-    MetadataValue,
     Ok,
     Result,
-    SampleBatch,
+)
+from datasetrt.runtime.sample_batch import SampleBatch
+from datasetrt.values.records import (
+    BytesLike,
+    CachedSample,
+    CacheInput,
+    CacheSource,
+    Metadata,
+    MetadataValue,
     SizedTorchIterableDataset,
 )
 

@@ -4,4 +4,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="$("$root/scripts/bootstrap.sh" | tail -n 1)"
 cd "$root"
-exec "$py" -m datasetrt.demo "$@"
+exec "$py" -m datasetrt.cli.demo "$@"

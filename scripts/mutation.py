@@ -211,7 +211,7 @@ EQUIVALENT: dict[str, tuple[Equivalent, ...]] = {
         Equivalent("uint", "NumberReplacer", "value < 1:", _ZERO_IS_IN_RANGE),
         Equivalent("_check_cache_state", "NumberReplacer", "shards[users[ -1]].algo",
                    "every shard in `users` has a codec with cache state, and zstd_dict is the only one "
-                   "(datasetrt.codecs): the first and the last user name the same algo"),
+                   "(datasetrt.values.codecs): the first and the last user name the same algo"),
     ),
 }
 

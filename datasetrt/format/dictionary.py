@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datasetrt.codecs import CODEC_BY_NAME
+from datasetrt.values.codecs import CODEC_BY_NAME
 from datasetrt.errors import CacheFormatError, CacheIOError, CodecError, ConfigError, IntegrityError
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasetrt.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
+from datasetrt.values.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.errors import ManifestJSONError, MissingManifestError
-from datasetrt.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
+from datasetrt.values.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,

@@ -21,7 +21,7 @@ from typing import Any
 
 from datasetrt.format.durable import fsync_path
 from datasetrt.format.layout import MANIFEST_NAME
-from datasetrt.records import (
+from datasetrt.format.results import (
     AbsentManifestTarget,
     Err,
     ManifestUpdateEntry,

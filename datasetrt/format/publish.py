@@ -27,7 +27,7 @@ from datasetrt.errors import SourceError
 from datasetrt.format.durable import SYNCFS_REPORTS_ERRORS, fsync_path, fsync_paths, rename_noreplace, syncfs
 from datasetrt.format.layout import STAGING_DIR
 from datasetrt.format.profile import StageProfile
-from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+from datasetrt.format.results import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
 
 class Staging:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from datasetrt._native.gather import DecodeState, MappedFile
-from datasetrt.codecs import CODEC_BY_NAME
+from datasetrt.values.codecs import CODEC_BY_NAME
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
 from datasetrt.format import dictionary
 from datasetrt.format.layout import (
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from datasetrt.config import PayloadSpec
+    from datasetrt.values.config import PayloadSpec
 
 HASH_CHUNK_BYTES = 8 << 20
 
@@ -298,13 +298,13 @@ def common_payload_spec(handles: Sequence[CacheHandle]) -> PayloadSpec | None:
             )
     if form is None:
         return None
-    from datasetrt.config import PayloadSpec  # lazily: reader workers never build one (pydantic)
+    from datasetrt.values.config import PayloadSpec  # lazily: reader workers never build one (pydantic)
 
     return PayloadSpec(*form)
 
 
 def _spec_text(form: tuple | None) -> str:
-    from datasetrt.payloads import describe
+    from datasetrt.values.payloads import describe
 
     return "untyped" if form is None else f"payload spec {describe(*form)}"
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from datasetrt.config import PayloadSpec
+from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import SourceError
-from datasetrt.payloads import describe
+from datasetrt.values.payloads import describe
 
 UNTYPED_FORMATS = frozenset(("B", "b", "c"))
 

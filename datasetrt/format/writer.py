@@ -73,8 +73,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datasetrt._native import codec
-from datasetrt.codecs import CODEC_BY_NAME, Codec
-from datasetrt.config import WriterConfig
+from datasetrt.values.codecs import CODEC_BY_NAME, Codec
+from datasetrt.values.config import WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
 from datasetrt.format import dictionary, envelope
 from datasetrt.format.durable import start_writeback
@@ -94,7 +94,7 @@ from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntr
 from datasetrt.format.profile import StageProfile, write_profile
 from datasetrt.format.publish import Publisher, Staged, Staging, io_error_message, remove_empty_staging_root
 from datasetrt.format.typed import TypedPayloads
-from datasetrt.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+from datasetrt.format.results import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
 ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
 METADATA_CHUNK_ROWS = 65_536
@@ -159,7 +159,7 @@ def check_duplicate_names(sources: Sequence[Any], base: Path) -> None:
 
 
 class _Compressor:
-    """Turns raw payloads into stored payloads with one codec of the table (datasetrt/codecs.py) at
+    """Turns raw payloads into stored payloads with one codec of the table (datasetrt/values/codecs.py) at
     `level` (thread-confined: it holds the codec's library context). `state` is the cache's
     prepared codec state (`codec.EncodeState`) for a codec that has one (zstd_dict), shared."""
 

@@ -40,10 +40,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
-from datasetrt.dataset_runtime import DatasetRuntime
+from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.dataset.runtime import DatasetRuntime
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
-from datasetrt.records import CacheSourcesDatasetError, CacheWriteError, CacheWriteSuccess
+from datasetrt.dataset.runtime import CacheSourcesDatasetError
+from datasetrt.format.results import CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource
 
 DEFAULT_MAX_RETRIES = 3

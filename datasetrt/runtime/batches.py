@@ -17,8 +17,8 @@ import numpy as np
 
 from datasetrt._native.batch import pack_payloads
 from datasetrt.errors import CacheFormatError
-from datasetrt.payloads import PayloadCheck
-from datasetrt.records import Deferred, SampleBatch
+from datasetrt.values.payloads import PayloadCheck
+from datasetrt.runtime.sample_batch import Deferred, SampleBatch
 from datasetrt.runtime.local import BufferPool, Chunk, PackedBatch
 
 

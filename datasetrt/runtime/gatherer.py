@@ -20,10 +20,10 @@ from array import array
 from collections.abc import Sequence
 
 from datasetrt._native import gather as native
-from datasetrt.codecs import CODEC_IDS
+from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
 
 _OUT_OF_FDS_TEXT = tuple(f"(os error {e})" for e in (errno.EMFILE, errno.ENFILE))

@@ -22,7 +22,7 @@ import numpy as np
 
 from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import DescriptorBudget
 from datasetrt.runtime.gatherer import Gatherer
 

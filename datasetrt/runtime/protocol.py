@@ -45,7 +45,7 @@ import dataclasses
 from dataclasses import dataclass
 from operator import attrgetter
 
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.slot import SlotArray, SlotLayout, SlotRegion
 
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per

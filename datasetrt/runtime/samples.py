@@ -17,7 +17,7 @@ from datasetrt._native.batch import json_array, payload_list
 from datasetrt._native.gather import slice_records
 from datasetrt.errors import CacheFormatError, RecordJSONError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.records import CachedSample
+from datasetrt.values.records import CachedSample
 from datasetrt.runtime.local import Chunk
 
 # Payloads at least this large on average are copied out one at a time as the consumer advances,

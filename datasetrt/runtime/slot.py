@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 
 PARENT = "parent"  # written by the parent: the task's plan, before the ReadTask
 WORKER = "worker"  # written by the worker: results, before the TaskDone

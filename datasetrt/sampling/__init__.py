@@ -6,8 +6,7 @@ ordered window and shuffled draws, `Window`, `PlanWindow`), `permutation` (exact
 `curriculum` (stages). docs/sampling.md describes the modes and their guarantees.
 """
 
-from datasetrt.records import StageInfo
-from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, Stage
+from datasetrt.sampling.curriculum import StageInfo, Curriculum, CurriculumPlan, Stage
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.permutation import EpochPermutation, repeat_counts, stream_label
 from datasetrt.sampling.planner import PlanWindow

@@ -13,11 +13,24 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from datasetrt.errors import ArgumentTypeError, SamplingConfigError, SamplingStateError
-from datasetrt.records import StageInfo
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.plans import SegmentedPlan, _stage_of
+
+
+class StageInfo(NamedTuple):
+    """A curriculum stage as reads report it: its `index` in the curriculum and its `name`
+    (`SampleBatch.stage`, `CachedDataset.stage`; docs/sampling.md)."""
+
+    index: int
+    name: str
+
+
+
+StageInfo.__module__ = "datasetrt.api"
+
 
 
 @dataclass(frozen=True)

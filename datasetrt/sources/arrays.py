@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datasetrt.config import PayloadSpec
+from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.sources.base import BatchSource, Part
 from datasetrt.sources.columns import LEAF_DTYPES, Where

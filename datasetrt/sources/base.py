@@ -11,9 +11,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from datasetrt.config import PayloadSpec
+from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.records import CacheInput
+from datasetrt.values.records import CacheInput
 from datasetrt.sources.columns import Columns, Where
 
 BATCH_BYTES = 8 << 20  # conversion works on record batches of about this many input bytes

@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasetrt.config import PayloadSpec
+from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.payloads import dims_product
-from datasetrt.records import CacheInput
+from datasetrt.values.payloads import dims_product
+from datasetrt.values.records import CacheInput
 
 INT64_MAX = (1 << 63) - 1
 RESERVED_NAMES = ("cache_id", "sample_id", "weight")  # columns of the metadata table, not of a cache

@@ -1,7 +1,7 @@
 """A dataset reading a curriculum: `advance()` at a batch boundary the consumer has not read,
 stages reported by batches and positions, and `state_dict()` / `load_state_dict()` resuming
 bit-identically to the uninterrupted run (mid-stage, across stages, after an advance), in-process
-and with 2 reader worker processes that planned batches ahead (datasetrt/dataset_stages.py)."""
+and with 2 reader worker processes that planned batches ahead (datasetrt/dataset/stages.py)."""
 
 from __future__ import annotations
 

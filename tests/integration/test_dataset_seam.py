@@ -14,7 +14,7 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.errors import ConfigError, LoaderStateError
-from datasetrt.seam import CursorState
+from datasetrt.dataset.seam import CursorState
 
 
 def key(sample) -> tuple:

@@ -44,7 +44,7 @@ def test_console_command_prints_version_and_runs_the_demo(installed_venv, py, tm
 
 def test_python_m_demo_runs_from_the_installed_package(installed_venv, tmp_path):
     venv, env = installed_venv(VERSIONS[-1])
-    out = run([venv / "bin/python", "-m", "datasetrt.demo", "--caches", "1", "--samples", "400", "--workers", "1"],
+    out = run([venv / "bin/python", "-m", "datasetrt.cli.demo", "--caches", "1", "--samples", "400", "--workers", "1"],
               cwd=tmp_path, env=env).stdout
     assert out.startswith("wrote 1 caches, 400 samples"), out
     assert "process-tree PSS (parent + 1 reader workers)" in out, out

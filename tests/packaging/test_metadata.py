@@ -29,7 +29,7 @@ INTEGRATIONS = "datasetrt/integrations/"
 
 @dataclass(frozen=True)
 class Use:
-    module: str  # file, e.g. datasetrt/dataset.py
+    module: str  # file, e.g. datasetrt/dataset/cached.py
     lazy: bool  # inside a function body
 
 

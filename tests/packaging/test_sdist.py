@@ -43,7 +43,7 @@ def test_sdist_carries_sources_and_no_build_products(built):
     with tarfile.open(built.sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for needed in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "CHANGELOG.md", "_ext/clibs.pxd",
-                   "_ext/gather.pyx", "datasetrt/__init__.py", "datasetrt/demo.py", "datasetrt/_native/__init__.py"):
+                   "_ext/gather.pyx", "datasetrt/__init__.py", "datasetrt/cli/demo.py", "datasetrt/_native/__init__.py"):
         assert needed in names, needed
     assert not [n for n in names if n.endswith((".c", ".so", ".pyc"))]
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "scripts/", "docs/"))]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import datasetrt as drt
-from datasetrt.records import SampleBatch
+from datasetrt.runtime.sample_batch import SampleBatch
 from tests.runtime.conftest import active_run, child_pids, shm_entries, wait_pids_gone, write_cache
 
 SPEC = drt.PayloadSpec("int32", (64,))

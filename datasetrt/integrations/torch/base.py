@@ -21,7 +21,7 @@ from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe, _Snapshots
 
 if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.seam import DatasetSeam
 
 
 def _worker_identity() -> tuple[int, int, bool]:
@@ -37,7 +37,7 @@ def _digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _caches_digest(ds: CachedDataset) -> str:
+def _caches_digest(ds: DatasetSeam) -> str:
     """Identity of the caches a state was taken on: their ids and sample counts, in path order."""
     caches = ds.cache_identity()
     return _digest(caches.cache_ids, caches.sample_counts)
@@ -79,7 +79,7 @@ class _PlanDataset(IterableDataset):
     `_dataset` is the `CachedDataset`; a spawned copy (`_rebuilt`) has None there and rebuilds
     its reading side from `_recipe_shipped`. A forked copy keeps the inherited dataset."""
 
-    def _setup(self, dataset: CachedDataset | None, recipe: _Recipe | None, work_dir: str | None = None) -> None:
+    def _setup(self, dataset: DatasetSeam | None, recipe: _Recipe | None, work_dir: str | None = None) -> None:
         self._dataset = dataset
         self._recipe_shipped = recipe
         self._owner_pid = os.getpid()

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from datasetrt.arrays import RaggedArrays, pad_item
+from datasetrt.values.arrays import RaggedArrays, pad_item
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.integrations.torch.lending import MAX_SLOT_BYTES, Receiver, WorkerRing
 from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _plan_loader
@@ -48,7 +48,7 @@ from datasetrt.integrations.torch.plan import _Spec
 from datasetrt.integrations.torch.spawn import _Recipe
 
 if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.seam import DatasetSeam
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class _OwnMemory:
         return item
 
 
-def _item(batch: Any, ds: CachedDataset, typed: _Typed, buffers: SharedBuffers | _OwnMemory,
+def _item(batch: Any, ds: DatasetSeam, typed: _Typed, buffers: SharedBuffers | _OwnMemory,
           transform: Callable | None) -> Any:
     """A `SampleBatch` as the loader's dict of tensors (views of its memory and of `buffers`),
     then released (the tensors keep what they need), then `transform`ed."""
@@ -218,7 +218,7 @@ class BatchLoaderDataset(LoaderDataset):
     """`loader.dataset` of `to_torch_batches`: `LoaderDataset`'s plan, layout and passes, read as
     whole batches; `len()` is this rank's batches per pass."""
 
-    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
+    def __init__(self, dataset: DatasetSeam, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
                  worker_seeds: tuple[int, ...], work_dir: str | None, typed: _Typed) -> None:
         super().__init__(dataset, plan, spec, transform, worker_seeds, work_dir)
         self.typed = typed
@@ -242,7 +242,7 @@ class BatchLoaderDataset(LoaderDataset):
                                      transform=self.sample_transform_fn), batches)
         return map(buffers.lend, made)
 
-    def _tail_bytes(self, ds: CachedDataset) -> int:
+    def _tail_bytes(self, ds: DatasetSeam) -> int:
         """Room after a batch's payload for its small arrays (`SharedBuffers`): ids, offsets and
         shapes of a ragged batch, number columns; 8 bytes per value at most, each array aligned."""
         spec = ds.payload_spec
@@ -287,7 +287,7 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
         return tracked
 
 
-def _reader_workers_suffice(dataset: CachedDataset, num_workers: Any, batch_transform: Callable | None,
+def _reader_workers_suffice(dataset: DatasetSeam, num_workers: Any, batch_transform: Callable | None,
                             timeout: float, prefetch_factor: Any, persistent_workers: Any) -> bool:
     """`num_workers="auto"` means no torch worker when the dataset's reader processes already
     gather each batch into shared memory (the tensors are views of their ring slot: 2.2-3.4x the
@@ -299,7 +299,7 @@ def _reader_workers_suffice(dataset: CachedDataset, num_workers: Any, batch_tran
 
 
 def to_torch_batches(
-    dataset: CachedDataset, batch_size: int, *, shuffle: bool | None = None, seed: int | str = "random",
+    dataset: DatasetSeam, batch_size: int, *, shuffle: bool | None = None, seed: int | str = "random",
     samples_per_epoch: int | None = None, columns: Sequence[str] = (), length: int | None = None, pad: Any = 0,
     batch_transform: Callable | None = None, num_workers: int | str = "auto", drop_last: bool = False,
     pin_memory: bool = False, timeout: float = 0, multiprocessing_context: Any = "spawn",

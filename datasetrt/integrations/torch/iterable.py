@@ -25,10 +25,10 @@ from datasetrt.integrations.torch.base import (
 )
 from datasetrt.integrations.torch.plan import _Layout, _PassProgress, _Share
 from datasetrt.integrations.torch.spawn import _Recipe
-from datasetrt.records import CachedSample
+from datasetrt.values.records import CachedSample
 
 if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.seam import DatasetSeam
 
 ITER_STATE_KIND = "datasetrt.torch.IterableDataset"
 ITER_STATE_VERSION = 1
@@ -48,7 +48,7 @@ class CachedIterableDataset(_PlanDataset):
       dataset in the parent); for epochs that advance, use `to_torch_dataloader`.
     """
 
-    def __init__(self, dataset: CachedDataset, *, block_rows: int = 1) -> None:
+    def __init__(self, dataset: DatasetSeam, *, block_rows: int = 1) -> None:
         if type(block_rows) is not int or block_rows < 1:
             raise ConfigError(f"block_rows must be a positive integer, got {block_rows!r}")
         self._setup(dataset, None)
@@ -177,7 +177,7 @@ def _rebuild_iterable(recipe: _Recipe, block_rows: int, window: tuple[int, int])
     return obj
 
 
-def to_torch_iterable_dataset(dataset: CachedDataset, *, block_rows: int = 1) -> CachedIterableDataset:
+def to_torch_iterable_dataset(dataset: DatasetSeam, *, block_rows: int = 1) -> CachedIterableDataset:
     """`CachedDataset.to_torch_iterable_dataset()`; `block_rows` = the DataLoader batch size gives
     plan-ordered batches with workers."""
     return CachedIterableDataset(dataset, block_rows=block_rows)

@@ -30,7 +30,7 @@ from datasetrt.integrations.torch.options import (
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
 
 if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.seam import DatasetSeam
 
 STATE_KIND = "datasetrt.torch.DataLoader"
 STATE_VERSION = 2  # DataLoader states; version 1 (single rank, no `rows`) is still accepted
@@ -204,7 +204,7 @@ class DatasetRTDataLoader(DataLoader):
 
 
 def to_torch_dataloader(
-    dataset: CachedDataset, *, shuffle: bool = True, seed: int | str = "random",
+    dataset: DatasetSeam, *, shuffle: bool = True, seed: int | str = "random",
     samples_per_epoch: int | None = None, worker_partition: str | None = None, work_dir: Any = None,
     batch_size: int = 1, num_workers: int | str = "auto", sample_transform_fn: Callable | None = None,
     collate_fn: Callable | None = None, drop_last: bool = False, pin_memory: bool = False, timeout: float = 0,
@@ -268,7 +268,7 @@ class _Built:
     work: str | None
 
 
-def _plan_loader(dataset: CachedDataset, what: str, *, shuffle: bool, seed: int | str, samples_per_epoch: int | None,
+def _plan_loader(dataset: DatasetSeam, what: str, *, shuffle: bool, seed: int | str, samples_per_epoch: int | None,
                  partition: str | None, batch_size: int, drop_last: bool, work_dir: Any,
                  worker_args: dict, collate_fn: Callable | None = None) -> _Built:
     """The sampling plan of a loader over `dataset` (arguments already checked by

@@ -22,7 +22,7 @@ from datasetrt.integrations.torch.plan import _Share, _Spec
 from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe
 
 if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
+    from datasetrt.dataset.seam import DatasetSeam
 
 
 class _LoaderPlan:
@@ -36,7 +36,7 @@ class _LoaderPlan:
     they do not change it.
     """
 
-    def __init__(self, ds: CachedDataset, *, shuffle: bool, common_seed: int | None, partition: str,
+    def __init__(self, ds: DatasetSeam, *, shuffle: bool, common_seed: int | None, partition: str,
                  budget: int, count: int, batch_size: int, drop_last: bool) -> None:
         self._ds = ds
         self._source = ds.cursor_state().population  # the rows (and stream order) the plan selects from
@@ -93,7 +93,7 @@ class _LoaderPlan:
         return self._ds.order_identity(self._source)
 
 
-def _stream(ds: CachedDataset, population: Any, spec: _Spec) -> Any:
+def _stream(ds: DatasetSeam, population: Any, spec: _Spec) -> Any:
     """The loader's plan stream over `population`: a window from plan position 0 whose pass e is
     `spec.pass_window(stream, e)`. In the parent this also computes the plan's tables once, before
     any worker forks."""
@@ -107,7 +107,7 @@ class LoaderDataset(_PlanDataset):
     rank's batches w, w+K, ... in-process. `sample_transform_fn` runs per sample where the sample
     is read."""
 
-    def __init__(self, dataset: CachedDataset, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
+    def __init__(self, dataset: DatasetSeam, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
                  worker_seeds: tuple[int, ...], work_dir: str | None) -> None:
         self._setup(dataset, None, work_dir)
         self._init_passes(plan, spec, transform, worker_seeds, (0, 0))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from datasetrt.seam import PopulationExport
+from datasetrt.dataset.seam import PopulationExport
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasetrt.config import ReaderConfig
+from datasetrt.values.config import ReaderConfig
 from datasetrt.errors import CacheFormatError
 from datasetrt.integrations.torch.snapshot import read_snapshot, write_snapshot
 
 if TYPE_CHECKING:
     # Not imported at run time: datasets arrive as arguments, and a spawned worker reopens its
-    # dataset with the class recorded in its `_Recipe` (datasetrt.dataset forwards to this package).
-    from datasetrt.dataset import CachedDataset
+    # dataset with the class recorded in its `_Recipe` (datasetrt.dataset.cached forwards to this package).
+    from datasetrt.dataset.seam import DatasetSeam
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class _PlanReader:
     plan draws from, and whether records' embedded metadata is checked (None: as the dataset's
     validate_cache says)."""
 
-    def __init__(self, ds: CachedDataset, population: Any, check_embedded: bool | None = None,
+    def __init__(self, ds: DatasetSeam, population: Any, check_embedded: bool | None = None,
                  mapping: Any = None) -> None:
         self.pid = os.getpid()
         self.ds = ds
@@ -112,7 +112,7 @@ class _Snapshots:
     def directory(self) -> Path | None:
         return None if self._dir is None else self._dir.path
 
-    def path_for(self, ds: CachedDataset, population: Any) -> str | None:
+    def path_for(self, ds: DatasetSeam, population: Any) -> str | None:
         """The snapshot path of `population` (None for the physical population: no snapshot)."""
         if self._last is not None and self._last[0] is population:
             return self._last[1]
@@ -126,7 +126,7 @@ class _Snapshots:
         self._last = (population, path)
         return path
 
-    def recipe(self, ds: CachedDataset, population: Any) -> _Recipe:
+    def recipe(self, ds: DatasetSeam, population: Any) -> _Recipe:
         """How a spawned worker reopens `ds` and maps `population`."""
         path = self.path_for(ds, population)
         caches = ds.cache_identity()

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from datasetrt.codecs import DICT_MAX_BYTES
+from datasetrt.values.codecs import DICT_MAX_BYTES
 from datasetrt.errors import CacheFormatError, CacheIOError, IntegrityError, ManifestJSONError
 from datasetrt.format import dictionary
 from datasetrt.format.manifest import DictionaryFile, ShardEntry, new_manifest, parse_manifest

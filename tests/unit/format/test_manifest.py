@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from datasetrt.codecs import MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN
+from datasetrt.values.codecs import MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN
 from datasetrt.errors import ManifestJSONError, MissingManifestError
 from datasetrt.format.manifest import (
     MAX_SAMPLE_COUNT,
@@ -265,7 +265,7 @@ def test_an_unreadable_manifest_is_an_io_error_naming_it(tmp_path):
 def test_dictionary_id_and_size_at_their_limits_are_accepted():
     """zstd dictionary ids are u32 (2**32 - 1 is valid) and a size is 1..DICT_MAX_BYTES; the values
     just outside are refused in tests/unit/format/test_dictionary.py."""
-    from datasetrt.codecs import DICT_MAX_BYTES
+    from datasetrt.values.codecs import DICT_MAX_BYTES
     from datasetrt.format.manifest import DictionaryFile
 
     shards = (ShardEntry("000000.bin", 10, 10, "zstd_dict", 1.0, SHA, level=3),)

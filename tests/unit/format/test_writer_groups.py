@@ -19,7 +19,7 @@ import xxhash
 
 import datasetrt as drt
 from datasetrt._native import codec
-from datasetrt.codecs import CODEC_IDS
+from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.format import writer
 from datasetrt.format.envelope import MetadataSchema
 from tests.conftest import QUIET

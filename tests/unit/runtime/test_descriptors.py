@@ -16,7 +16,7 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.format.reader import CacheHandle
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, default_limit
 from datasetrt.runtime.local import LocalReader
 from tests.conftest import ListSource, sample_items, writer_config

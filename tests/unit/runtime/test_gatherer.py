@@ -12,7 +12,7 @@ import pytest
 import datasetrt as drt
 from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.payloads import PayloadCheck
+from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.local import LocalReader
 from tests.conftest import ListSource, sample_items, writer_config
 

@@ -4,14 +4,14 @@ Boundary: argument parsing and printing over the public API and the format layer
 
   datasetrt inspect CACHE_DIR... [--json]  manifest summary, schema, counts, sizes, the zstd_dict
                                            dictionary, and every damaged file
-                                           (datasetrt/tools/inspect.py); exit 1 if any is damaged
+                                           (datasetrt/cli/inspect.py); exit 1 if any is damaged
   datasetrt validate CACHE_DIR...          deep validation (sha256 of every file, the dictionary
                                            loaded, metadata decode, index bounds, every record
                                            read and checked); exit 1 if any cache fails
   datasetrt pss [options] -- COMMAND...    PSS/USS/RSS of a command's process tree (or --pid PID):
-                                           report, --csv, --json, --png (datasetrt/tools/pss.py)
+                                           report, --csv, --json, --png (datasetrt/cli/pss.py)
   datasetrt convert SRC... --out DIR ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
-  datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/demo.py)
+  datasetrt demo [--caches N ...]          the main job on generated data (datasetrt/cli/demo.py)
   datasetrt --version
 A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
 cache" by both, not as a failure, so `datasetrt validate caches/*` works.
@@ -23,14 +23,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from datasetrt import __version__, convert, demo
+from datasetrt import __version__
+from datasetrt.cli import convert, demo
 from datasetrt.errors import DatasetRTError
 
 
 def _validate(cache_dirs: list[Path]) -> int:
-    from datasetrt.config import ReaderConfig
-    from datasetrt.dataset import CachedDataset
-    from datasetrt.tools.inspect import STAGING_NOTE, is_staging_dir
+    from datasetrt.values.config import ReaderConfig
+    from datasetrt.dataset.cached import CachedDataset
+    from datasetrt.cli.inspect import STAGING_NOTE, is_staging_dir
 
     failures = 0
     for cache_dir in cache_dirs:
@@ -54,7 +55,7 @@ def _validate(cache_dirs: list[Path]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["pss"]:  # its own parser: everything after `--` is the measured command
-        from datasetrt.tools import pss
+        from datasetrt.cli import pss
 
         return pss.main(argv[1:])
     parser = argparse.ArgumentParser(prog="datasetrt", description="Inspect and validate datasetrt / dataset-rt caches.")
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return demo.run(args)
     try:
         if args.command == "inspect":
-            from datasetrt.tools import inspect
+            from datasetrt.cli import inspect
 
             return inspect.run(args.cache_dirs, args.json)
         return _validate(args.cache_dirs)
@@ -83,6 +84,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

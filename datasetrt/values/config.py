@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from datasetrt.codecs import (
+from datasetrt.values.codecs import (
     CODEC_NAMES,
     CONFIG_LEVEL_DEFAULT,
     CONFIG_LEVEL_MAX,
@@ -24,8 +24,8 @@ from datasetrt.codecs import (
     DICT_MIN_BYTES,
 )
 from datasetrt.errors import CacheFormatError, ConfigError
-from datasetrt.payloads import PAYLOAD_DTYPES, describe, dims_product, dtypes_listed, shape_problem
-from datasetrt.payloads import manifest_form as _manifest_form
+from datasetrt.values.payloads import PAYLOAD_DTYPES, describe, dims_product, dtypes_listed, shape_problem
+from datasetrt.values.payloads import manifest_form as _manifest_form
 
 # The codec table's names ("none", "lz4", "zstd", "zstd_dict"); a Literal so pydantic reports `literal_error`.
 CompressionAlgo = Literal[CODEC_NAMES]  # type: ignore[valid-type]
@@ -41,7 +41,7 @@ class ShardCompression(BaseModel):
 
     `algo="zstd"`, `algo="zstd_dict"`, `level` and `dict_bytes` are datasetrt additions (dataset-rt
     0.4.8 can read neither zstd nor zstd_dict caches). Algorithms, the level default and bounds
-    come from the codec table (datasetrt/codecs.py); codecs without levels ignore `level`.
+    come from the codec table (datasetrt/values/codecs.py); codecs without levels ignore `level`.
     `dict_bytes` is the most bytes zstd_dict's trained dictionary may have (1 KiB..1 MiB, default
     32 KiB; other codecs ignore it); the writer trains it from the first records of each source
     (format/dictionary.py). `ratio` is advisory, as in dataset-rt: it is recorded in the manifest

@@ -7,7 +7,7 @@ import it. It sits in layer 1, not in `format/`, because `config.py` (layer 1) r
 Its native twin is `_ext/codecs.pxd`: the same ids as a C enum, the kernel-side limits (lz4 block
 size, the largest plausible decoded/stored ratio of each codec) and each codec's encode / decode
 helpers, which `codec.pyx` (writer) and `gather.pyx` (reader) call through one dispatch. The
-twins must agree; `tests/unit/test_codecs.py` checks every id and limit against the compiled kernels.
+twins must agree; `tests/unit/values/test_codecs.py` checks every id and limit against the compiled kernels.
 
 Adding a codec (docs/architecture.md, "Where to make a change"): a `Codec` row here; in
 `_ext/codecs.pxd` its id, limits and one branch in each helper (`decoded_size`, `decode`,

@@ -1,4 +1,4 @@
-"""`datasetrt pss` (datasetrt/tools/pss.py; scripts/pss is a wrapper): process-tree PSS/USS/RSS
+"""`datasetrt pss` (datasetrt/cli/pss.py; scripts/pss is a wrapper): process-tree PSS/USS/RSS
 sampling of a command or a pid (docs/memory-guide.md).
 
 The measured programs are small Python scripts that allocate a known number of touched bytes;
@@ -146,7 +146,7 @@ def test_png_without_matplotlib_exits_2_naming_the_bench_extra(tmp_path):
 
 
 def test_scripts_pss_is_the_same_tool(tmp_path):
-    """The checkout's scripts/pss runs datasetrt/tools/pss.py: same report, JSON and exit code."""
+    """The checkout's scripts/pss runs datasetrt/cli/pss.py: same report, JSON and exit code."""
     json_file = tmp_path / "s.json"
     out = run_pss("--interval", "0.05", "--json", str(json_file), "--", sys.executable, "-c", "import sys; sys.exit(3)",
                   tool=[sys.executable, str(PSS)])

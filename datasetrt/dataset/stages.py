@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from datasetrt.errors import LoaderStateError, SamplingStateError
-from datasetrt.records import StageInfo
-from datasetrt.sampling.curriculum import CurriculumPlan
+from datasetrt.sampling.curriculum import CurriculumPlan, StageInfo
 
 DATASET_STATE_KIND = "datasetrt.CachedDataset"
 DATASET_STATE_VERSION = 1

@@ -7,7 +7,7 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.errors import ArgumentTypeError, SampleIndexError
-from datasetrt.records import SampleBatch
+from datasetrt.runtime.sample_batch import SampleBatch
 from tests.conftest import ListSource, writer_config
 
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from datasetrt.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
+from datasetrt.values.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +64,7 @@ def _renames(pairs: list[str]) -> dict[str, str]:
 
 def _given_spec(dtype: str | None, shape: str | None) -> Any:
     """The PayloadSpec of --dtype / --shape, or None; ValueError / ConfigError for bad values."""
-    from datasetrt.config import PayloadSpec
+    from datasetrt.values.config import PayloadSpec
 
     if dtype is None:
         if shape is not None:

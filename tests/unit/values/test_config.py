@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 import datasetrt as drt
-from datasetrt import config
+from datasetrt.values import config
 
 # dataset-rt 0.4.8 WriterConfig().model_dump(), verbatim from the reference.
 REFERENCE_WRITER_DUMP = {

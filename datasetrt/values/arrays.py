@@ -1,8 +1,8 @@
 """Typed views of a batch's payload bytes: the dense `[n, *shape]` array, ragged values with
 cu_seqlens offsets and per-record shapes, and the fixed-length projection (`SampleBatch.to_numpy`).
 
-Boundary: numpy and the projection kernel only; no files, tables or processes, no torch
-(tensors are `integrations/tensors.py`'s). Layer 1, beside `records.py`, which imports it lazily.
+Boundary: numpy and the projection kernel only; no files, tables or processes, torch only in
+`as_tensors`, imported at its first call. Layer 1; `SampleBatch` (runtime/sample_batch.py) imports it lazily.
 
 Input everywhere: `data`, a 1-D uint8 array holding n payloads back to back (payload i is
 data[offsets[i] : offsets[i+1]], `offsets` int64 of n+1 entries, offsets[0] = 0), and the
@@ -20,7 +20,7 @@ import numpy as np
 
 from datasetrt._native.batch import project_rows
 from datasetrt.errors import ArgumentTypeError, ConfigError
-from datasetrt.payloads import describe
+from datasetrt.values.payloads import describe
 
 
 class RaggedArrays(NamedTuple):
@@ -109,3 +109,18 @@ def pad_item(pad: Any, dtype: str) -> np.ndarray:
     if item.ndim != 0:
         raise ConfigError(f"pad must be one {dtype} value, got an array of shape {item.shape}")
     return item.reshape(1)
+
+
+def as_tensors(value: Any) -> Any:
+    """A numpy array as a torch tensor over the same memory (`torch.from_numpy`, no copy), or
+    `RaggedArrays` of them; torch is imported here, at the first call. A tensor keeps the array,
+    and so the batch's buffer or ring slot, alive for as long as it lives."""
+    from datasetrt.errors import MissingExtraError
+
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingExtraError("SampleBatch.to_torch requires PyTorch: pip install 'datasetrt[torch]'") from exc
+    if isinstance(value, RaggedArrays):
+        return RaggedArrays(*(torch.from_numpy(v) for v in value))
+    return torch.from_numpy(value)

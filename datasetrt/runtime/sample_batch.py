@@ -1,78 +1,17 @@
-"""Public record types: what sources yield, what readers return, what writes report.
+"""`SampleBatch`: a batch of consecutive plan positions as one payload buffer, with typed views.
 
-Boundary: plain data holders; no I/O. Every class reports `__module__ == "datasetrt.api"` so pickles
-name the stable public path, as dataset-rt's do for `dataset_rt.api`.
+Boundary: the batch value and its views (numpy and torch imported lazily, by the typed methods);
+built by `runtime/batches.py` (`BatchMaker`) over a leased ring slot or a private buffer, never
+by the consumer. No I/O.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeVar, Union, runtime_checkable
+from typing import Any
 
 from datasetrt.errors import ArgumentTypeError, SampleIndexError
-
-if TYPE_CHECKING:
-    from datasetrt.dataset import CachedDataset
-
-BytesLike = Union[bytes, bytearray, memoryview]
-MetadataValue = Union[bool, int, float, str]
-Metadata = Mapping[str, MetadataValue]
-
-T = TypeVar("T")
-E = TypeVar("E")
-
-
-class CacheInput(NamedTuple):
-    """One sample as a source yields it: payload bytes and flat primitive metadata."""
-
-    data: BytesLike
-    metadata: Metadata
-
-
-class CachedSample(NamedTuple):
-    """One sample as read back. `metadata` is parsed from the record's embedded JSON, keys sorted."""
-
-    data: bytes
-    metadata: dict
-    cache_id: int
-    sample_id: int
-
-
-class CacheWriteSuccess(NamedTuple):
-    source_name: str
-    path: Path
-
-
-class CacheWriteError(NamedTuple):
-    source_name: str
-    message: str
-
-
-CacheWriteResult = Union[CacheWriteSuccess, CacheWriteError]
-
-
-class CacheSourcesDatasetSuccess(NamedTuple):
-    dataset: "CachedDataset"
-    results: list
-
-
-class CacheSourcesDatasetError(NamedTuple):
-    results: list
-    message: str
-
-
-CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
-
-
-class StageInfo(NamedTuple):
-    """A curriculum stage as reads report it: its `index` in the curriculum and its `name`
-    (`SampleBatch.stage`, `CachedDataset.stage`; docs/sampling.md)."""
-
-    index: int
-    name: str
+from datasetrt.sampling.curriculum import StageInfo
 
 
 class Deferred:
@@ -153,7 +92,7 @@ class SampleBatch:
         k = batch_position(i, len(self.cache_id))
         return memoryview(self.data)[int(offsets[k]) : int(offsets[k + 1])]
 
-    # -- typed access (datasetrt/arrays.py; numpy is imported on first use) ----------------------
+    # -- typed access (datasetrt/values/arrays.py; numpy is imported on first use) ----------------------
 
     def to_numpy(self, length: int | None = None, pad: Any = 0) -> Any:
         """The payloads as arrays of `payload_spec` (an untyped cache reads as ragged uint8).
@@ -164,7 +103,7 @@ class SampleBatch:
         truncated to L or padded with `pad` (a new array; a view when every record already has L
         steps along a leading ragged dim). O(1) for views; O(n + bytes) for a projection.
         """
-        from datasetrt import arrays
+        from datasetrt.values import arrays
 
         dtype, shape = self._spec()
         data, offsets, n = self.data, self.offsets, len(self)
@@ -178,7 +117,7 @@ class SampleBatch:
         """`to_numpy(length, pad)` as torch tensors sharing its memory (`torch.from_numpy`, no
         copy): a tensor, or `RaggedArrays` of tensors. The tensors keep the batch's memory (its
         ring slot) alive like any view."""
-        from datasetrt.integrations.tensors import as_tensors
+        from datasetrt.values.arrays import as_tensors
 
         return as_tensors(self.to_numpy(length, pad))
 
@@ -230,7 +169,7 @@ class SampleBatch:
         dtype, shape = self._spec()
         if None in shape:
             from datasetrt.errors import ConfigError
-            from datasetrt.payloads import describe
+            from datasetrt.values.payloads import describe
 
             raise ConfigError(f"{what}: a batch of ragged payloads ({describe(dtype, shape)}) has no single array; "
                               "use to_numpy() (values, offsets, shapes) or to_numpy(length=L)")
@@ -261,64 +200,4 @@ def batch_position(i: Any, length: int) -> int:
     return k + length if k < 0 else k
 
 
-@runtime_checkable
-class CacheSource(Protocol):
-    """A named iterable of CacheInput. The name becomes the cache directory and its v3 cache_id."""
-
-    name: str
-
-    def __iter__(self) -> Iterator[CacheInput]: ...
-
-
-@runtime_checkable
-class SizedTorchIterableDataset(Protocol):
-    def __iter__(self) -> Iterator[Any]: ...
-
-    def __len__(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Ok(Generic[T]):
-    value: T
-
-
-@dataclass(frozen=True)
-class Err(Generic[E]):
-    error: E
-
-
-Result = Union[Ok[T], Err[E]]
-
-
-@dataclass(frozen=True)
-class ManifestUpdateEntry:
-    path: Path
-    cache_id: int
-    status: Literal["updated", "unchanged", "durability_unknown"]
-
-
-@dataclass(frozen=True)
-class ManifestUpdateReport:
-    entries: tuple
-
-
-@dataclass(frozen=True)
-class AbsentManifestTarget:
-    reason: str
-
-
-@dataclass(frozen=True)
-class ManifestUpdateError:
-    path: Union[Path, AbsentManifestTarget]
-    message: str
-    entries: tuple = ()
-
-
-PUBLIC_RECORDS = (
-    CacheInput, CachedSample, CacheWriteSuccess, CacheWriteError, CacheSourcesDatasetSuccess,
-    CacheSourcesDatasetError, CacheSource, SizedTorchIterableDataset, SampleBatch, Ok, Err, ManifestUpdateEntry,
-    ManifestUpdateReport, AbsentManifestTarget, ManifestUpdateError,
-)
-for _cls in PUBLIC_RECORDS:
-    _cls.__module__ = "datasetrt.api"
-del _cls
+SampleBatch.__module__ = "datasetrt.api"

@@ -2,8 +2,8 @@
 threads for writes, reader worker processes for parallel reads — and the write entry points.
 
 Boundary: orchestration over format/ (the writer, imported lazily: it imports pyarrow) and
-runtime/ (the worker pool); a `CachedDataset` reaches the pool through `_running_pool()` and
-never imports this module (the dataset takes its runtime as a parameter).
+runtime/ (the worker pool). A `CachedDataset` reaches the pool through `running_pool()` and never
+imports this module: it takes its runtime as a parameter (`dataset.reads.ReadRuntime`).
 """
 
 from __future__ import annotations
@@ -13,15 +13,32 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Union
 
-from datasetrt.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
-from datasetrt.dataset import CachedDataset
+from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.dataset.cached import CachedDataset
 from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
 from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
-from datasetrt.records import CacheSourcesDatasetError, CacheSourcesDatasetSuccess, CacheWriteSuccess
+from datasetrt.format.results import CacheWriteSuccess
 from datasetrt.runtime.pool import WorkerPool
+
+
+class CacheSourcesDatasetSuccess(NamedTuple):
+    dataset: CachedDataset
+    results: list
+
+
+class CacheSourcesDatasetError(NamedTuple):
+    results: list
+    message: str
+
+
+CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
+
+for _cls in (CacheSourcesDatasetSuccess, CacheSourcesDatasetError):
+    _cls.__module__ = "datasetrt.api"
+del _cls
 
 
 class DatasetRuntime:
@@ -47,7 +64,7 @@ class DatasetRuntime:
         self._start_method = start_method
         self.parallel_reads = bool(parallel_reads)
 
-    def _running_pool(self) -> WorkerPool:
+    def running_pool(self) -> WorkerPool:
         """The reader worker processes, launched at first use (a run reads in-process until one
         is ready) and relaunched after a crash."""
         if self._worker_pool is None or self._worker_pool.closed:
@@ -62,7 +79,7 @@ class DatasetRuntime:
         Optional: without it they start at the first parallel read, which reads in-process until
         one is ready (same samples either way). Useful before timing a loop, or to fail early.
         """
-        pool = self._running_pool()
+        pool = self.running_pool()
         while not pool.all_ready:
             pool.check_startup()
             pool.poll(1.0, what="worker start-up", idle_ok=True)

@@ -4,7 +4,7 @@ Boundary: a user of the public API only (what a training script does); needs not
 installed package (no repository files).
 
   datasetrt demo [--caches 4] [--samples 20000] [--payload-bytes 4096] [--workers 2] [--workdir DIR]
-  python -m datasetrt.demo [same options]
+  python -m datasetrt.cli.demo [same options]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def tree_pss_mib() -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The demo's options, on `python -m datasetrt.demo`'s parser or the `datasetrt demo` subcommand."""
+    """The demo's options, on `python -m datasetrt.cli.demo`'s parser or the `datasetrt demo` subcommand."""
     parser.add_argument("--caches", type=int, default=4)
     parser.add_argument("--samples", type=int, default=20_000, help="samples per cache")
     parser.add_argument("--payload-bytes", type=int, default=4096)
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m datasetrt.demo", description=SUMMARY)
+    parser = argparse.ArgumentParser(prog="python -m datasetrt.cli.demo", description=SUMMARY)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

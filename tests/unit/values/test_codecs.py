@@ -1,4 +1,4 @@
-"""The codec table (datasetrt/codecs.py) and its native twins (_ext/codecs.pxd, _ext/layout.pxd).
+"""The codec table (datasetrt/values/codecs.py) and its native twins (_ext/codecs.pxd, _ext/layout.pxd).
 
 Config validation, manifest parsing, the writer and the gatherer all read the table, so these tests
 check the table's own invariants and that the compiled kernels agree with it: every id encodes the
@@ -15,7 +15,8 @@ import zstandard
 from pydantic import ValidationError
 
 import datasetrt as drt
-from datasetrt import codecs, errors
+from datasetrt import errors
+from datasetrt.values import codecs
 from datasetrt._native import codec, gather
 from datasetrt.format.dictionary import train_state
 from datasetrt.api import CompressionAlgo

@@ -1,26 +1,16 @@
-"""`CachedDataset`: orchestration of format, table, sampling and runtime (`DatasetRuntime`, which
-owns the workers it reads with, is in datasetrt/dataset_runtime.py).
+"""`CachedDataset`: a deterministic view over caches, and the sampling state its iterators share.
 
-Boundary: no byte layouts (format/), no slot layouts or processes (runtime/), no record or batch
-assembly (runtime/samples.py, runtime/batches.py), no integration (torch is reached only by the
-two `to_torch_*` methods' lazy forwarding). This module wires open caches, the Polars table, the
-planner and the readers together and owns the dataset-level sampling state: `cursor` (ordered
-mode) and `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan position of an
-exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`, and `epoch_len`
-(None = the population size, or the positions of one epoch of the plan).
+Boundary: orchestration of format (open caches), table (`tables.py`), sampling (`orders`,
+`populations`) and the reads (`reads.py`: in-process or through a runtime's reader processes);
+no byte layouts, slot layouts, processes or record assembly of its own. torch is reached only
+through the three `to_torch_*` methods' lazy forwarding into `integrations/torch`, which sees a
+dataset only through its integration seam (`seam.DatasetSeam`).
 
-Read path: `reserve_window()` a planner `Window` -> `_chunks()` (in-process `local_chunks`, or a
-`ParallelRun` on the runtime's worker pool) -> `SampleBuilder.samples()` or `batches()`.
-
-Integration seam (docs/python-api.md): integrations plan windows (`peek_window`,
-`reserve_window`, `plan_window`, populations), read them (`read_window`) and keep the cursor
-(`cursor_state*`) through public methods, never this class's fields. Every window is built by
-`_window`, the one place that picks a planner.
-
-One module on purpose (~750 lines): every public method of `CachedDataset` is dataset-rt's API
-or its seam, and each reads or moves the same sampling state under the same lock; what does not
-need that state lives below it (runtime/, sampling/, table/) or beside it (dataset_runtime.py;
-dataset_stages.py: a curriculum's live read, advance() and resume state).
+The state, read and moved under the dataset's lock: `cursor` (ordered mode: the next population
+row), `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan position of an
+exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`,
+`epoch_len` (None = the population's epoch), the population and the active frame. Every window
+is built by `_window`, the one place that asks `sampling.orders` for an order.
 """
 
 from __future__ import annotations
@@ -36,49 +26,33 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from datasetrt.config import PayloadSpec, ReaderConfig
-from datasetrt.dataset_stages import StageReads, curriculum_plan, stage_of
+from datasetrt.dataset.reads import DatasetReads, ReadRuntime
+from datasetrt.dataset.seam import CacheIdentity, CursorState
+from datasetrt.dataset.stages import StageReads, curriculum_plan, stage_of
+from datasetrt.dataset.tables import DatasetTables
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
     CacheFormatError,
     ConfigError,
     LoaderStateError,
-    MetadataTypeError,
-    ResourceLimitError,
     SampleIndexError,
 )
 from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
-from datasetrt.records import (
-    CachedSample,
-    Err,
-    Ok,
-    SampleBatch,
-    StageInfo,
-)
-from datasetrt.payloads import PayloadCheck
-from datasetrt.runtime.batch_run import BatchRun
-from datasetrt.runtime.batches import BatchMaker
-from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
-from datasetrt.runtime.memory import default_memory_limit_bytes
-from datasetrt.runtime.protocol import CacheSet
-from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
-from datasetrt.runtime.samples import SampleBuilder
-from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, order_identity
-from datasetrt.sampling.mixture import Mixture, StreamRows
-from datasetrt.sampling.permutation import EpochPermutation
-from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, RowPlan, Window, advance
-from datasetrt.sampling.plans import MixturePlan
-from datasetrt.seam import CacheIdentity, CursorState, PopulationExport
+from datasetrt.format.results import Err, Ok
+from datasetrt.runtime.sample_batch import SampleBatch
+from datasetrt.sampling import orders, populations
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
+from datasetrt.sampling.mixture import Mixture
+from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
+from datasetrt.sampling.populations import PopulationExport
 from datasetrt.table.catalog import CacheCatalog
+from datasetrt.values.config import PayloadSpec, ReaderConfig
+from datasetrt.values.records import CachedSample
 
 if TYPE_CHECKING:
-    # Polars and pyarrow (~65 MiB together) load only when metadata is touched or a cache is
-    # written: table.metadata and format.writer are imported inside the methods that use them.
     import polars as pl
-
-    from datasetrt.dataset_runtime import DatasetRuntime
 
 
 def _check_seed(seed: Any) -> int:
@@ -116,6 +90,7 @@ def _check_paths(paths: Any) -> list[Path]:
     return [Path(p) for p in items]
 
 
+
 class CachedDataset:
     """A deterministic view over one or more caches.
 
@@ -125,13 +100,12 @@ class CachedDataset:
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig,
-                 runtime: DatasetRuntime | None = None) -> None:
+                 runtime: ReadRuntime | None = None) -> None:
         if not isinstance(reader_config, ReaderConfig):
             raise ArgumentTypeError(f"reader_config must be a ReaderConfig, got {type(reader_config).__name__}")
         self.cache_paths: list[Path] = _check_paths(paths)
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
-        self._runtime = runtime
         self._handles = [CacheHandle.open(p) for p in self.cache_paths]
         if reader_config.validate_cache:
             for handle in self._handles:
@@ -140,25 +114,19 @@ class CachedDataset:
         for handle in self._handles[1:]:
             if handle.manifest.metadata_schema != schema:
                 raise CacheFormatError(f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}")
-        self._schema = schema
         self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
+        self._tables = DatasetTables(self._catalog, schema, self._handles)
+        self._reads = DatasetReads(self._handles, self._catalog.cache_ids, reader_config, self._payload_spec, runtime)
         self._population = Population(self._catalog)
         self._active_frame: pl.DataFrame | None = None
-        self._physical_frame: pl.DataFrame | None = None
         self._epoch_len: int | None = None
         self._cursor = 0
         self._draw_offset = 0
         self._stages = StageReads()  # a curriculum's live read, advance() and resume state
         self._lock = threading.Lock()  # replaced in a forked child (_fresh_locks_after_fork)
         _DATASETS.add(self)
-        self._thread_readers = threading.local()  # this thread's LocalReader (and the pid it was opened in)
-        self._sample_builder = SampleBuilder(self._handles, self._catalog.cache_ids,
-                                             check_embedded=reader_config.validate_cache)
-        self._other_builder: SampleBuilder | None = None  # the opposite embedded check (read_window)
-        self._largest_record: int | None = None
-        self._arrow_cache: tuple[Any, Any] | None = None
 
     @property
     def payload_spec(self) -> PayloadSpec | None:
@@ -168,24 +136,15 @@ class CachedDataset:
     @property
     def reads_with_workers(self) -> bool:
         """Whether batches are read by a `DatasetRuntime`'s reader processes (`parallel_reads`)."""
-        return self._runtime is not None and self._runtime.parallel_reads
+        return self._reads.with_workers
 
     # -- size and windows ---------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._epoch_len if self._epoch_len is not None else self._epoch_positions(self._population)
-
-    def _epoch_positions(self, population: Population) -> int:
-        """Positions of one epoch over `population`: its rows (dataset-rt's orders), the repeat
-        counts' sum (exactly-once order), the streams' epochs together (a mixture or curriculum;
-        at most the plan's length when it stops)."""
-        plan = self._plan(population, self._seed) if self.reader_config.shuffle else None
-        if plan is None:
-            return len(population)
-        if isinstance(plan, EpochPermutation):
-            return plan.positions_per_epoch
-        total = int(plan.stream_sizes.sum())
-        return total if plan.length is None else min(total, plan.length)
+        if self._epoch_len is not None:
+            return self._epoch_len
+        cfg = self.reader_config
+        return orders.epoch_positions(self._population, shuffle=cfg.shuffle, seed=self._seed, sampling=cfg.sampling)
 
     def set_epoch_len(self, epoch_len: int) -> None:
         """Length of future iterators' windows; the population is unchanged."""
@@ -202,39 +161,13 @@ class CachedDataset:
     def _window(self, population: Population, start: int, length: int, shuffle: bool | None = None,
                 seed: int | None = None) -> Window | PlanWindow:
         """The one place a window is built: `length` positions of the dataset's order over
-        `population` from dataset position `start` (dataset-rt's cursor or draw index, or a
-        position of the population's plan: `_plan`)."""
-        shuffle = self.reader_config.shuffle if shuffle is None else shuffle
-        seed = self._seed if seed is None else seed
-        plan = self._plan(population, seed) if shuffle else None
-        if plan is not None:
-            return PlanWindow(population, plan, start, length)
-        return Window(population, shuffle, seed, start, length)
+        `population` from dataset position `start` (`sampling.orders.window`)."""
+        return orders.window(population, start, length, shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
+                             seed=self._seed if seed is None else seed, sampling=self.reader_config.sampling)
 
-    def _plan(self, population: Population, seed: int) -> RowPlan | None:
-        """The position plan of shuffled windows over `population` under `seed`: its stream
-        order's (`MixturePlan`, `CurriculumPlan`), else with sampling="permutation" an
-        `EpochPermutation` (integer weights as repeat counts), else None (dataset-rt's draws,
-        `Window`). Built once per population and seed (O(rows) at most), kept by the population."""
-        order = population.order
-        if order is not None:
-            planner = CurriculumPlan if isinstance(order, Curriculum) else MixturePlan
-            return population.plan(("streams", seed), lambda: planner(order, population.streams, seed))
-        if self.reader_config.sampling != "permutation" or not len(population):
-            return None
-        return population.plan(("permutation", seed), lambda: self._permutation(population, seed))
-
-    def _permutation(self, population: Population, seed: int) -> EpochPermutation:
-        active = population.active
-        if active is None or active.weights is None:
-            return EpochPermutation(seed, len(population))
-        ids = self._catalog.cache_ids
-
-        def identify(row: int) -> str:
-            return (f"row {row} (cache_id {int(ids[int(active.cache_pos[row])])}, "
-                    f"sample_id {int(active.sample_id[row])})")
-
-        return EpochPermutation.from_weights(seed, active.weights, identify=identify)
+    def _plan(self, population: Population) -> Any:
+        """The position plan of the dataset's shuffled windows over `population` (None: dataset-rt's draws)."""
+        return orders.position_plan(population, self._seed, self.reader_config.sampling)
 
     def _next_window(self) -> Window | PlanWindow:
         """The window at the cursor (ordered) or draw offset (shuffled); call under the lock. A
@@ -246,18 +179,18 @@ class CachedDataset:
             window = window.sub(0, max(0, end - start))
         return self._stages.cut(window)  # the rest of a loaded state's window comes first
 
-    # -- integration seam (docs/python-api.md, "Integration seam"): how an integration divides
-    # this dataset's windows among its own processes. A window is anything with `population`
-    # (opaque), `start` (a dataset position), `length`, `rows(first, count)` and
-    # `sub(first, count)` (a planner `Window` or a `PlanWindow`); integrations cut windows with
-    # `sub` and never compute dataset positions themselves.
+    # -- integration seam (docs/python-api.md, "Integration seam"; `seam.DatasetSeam`): how an
+    # integration divides this dataset's windows among its own processes. A window is anything
+    # with `population` (opaque), `start` (a dataset position), `length`, `rows(first, count)`
+    # and `sub(first, count)` (a planner `Window` or a `PlanWindow`); integrations cut windows
+    # with `sub` and never compute dataset positions themselves.
 
-    def peek_window(self) -> Window:
+    def peek_window(self) -> Window | PlanWindow:
         """The window `iter(self)` would reserve next, not reserved (nothing moves)."""
         with self._lock:
             return self._next_window()
 
-    def reserve_window(self) -> Window:
+    def reserve_window(self) -> Window | PlanWindow:
         """Reserve the next window, as an iterator does at its first `next()`."""
         with self._lock:
             window = self._next_window()
@@ -270,12 +203,12 @@ class CachedDataset:
             return window
 
     def plan_window(self, start: int, length: int, *, population: Population | None = None,
-                    shuffle: bool | None = None, seed: int | None = None) -> Window:
+                    shuffle: bool | None = None, seed: int | None = None) -> Window | PlanWindow:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
         loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
-        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per population, so
-        processes forked afterwards share them."""
+        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per
+        population, so processes forked afterwards share them."""
         population = self._population if population is None else population
         window = self._window(population, start, length, shuffle, seed)
         if window.shuffle and population.weighted and len(population):
@@ -293,68 +226,32 @@ class CachedDataset:
     def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray, *,
                              source: Population | None = None, selection: np.ndarray | None = None) -> Population:
         """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
-        `plan_window`. With `source` (the population they were selected from) and `selection`
-        (int64: their rows in `source`, in order; None: all of them), the new population keeps
-        `source`'s mixture or curriculum, its streams regrouped to the selection
-        (`EmptyStreamError` if a stream has no row left)."""
-        population = Population(self._catalog, ActiveRows(cache_pos, sample_id, weights))
-        if source is None or source.order is None:
-            return population
-        index = source.streams.index(len(source))
-        if selection is not None:
-            index = index[selection]
-        return population.with_order(source.order, StreamRows.from_index(tuple(source.order.streams), index, weights))
+        `plan_window` (`sampling.populations.from_rows`: `source` and `selection` keep its
+        mixture or curriculum)."""
+        return populations.from_rows(self._catalog, cache_pos, sample_id, weights, source=source, selection=selection)
 
     def export_population(self, population: Population) -> PopulationExport | None:
-        """`population` as `import_population` rebuilds it in another process; None for the
-        physical population of dataset-rt's orders (nothing to ship). An exactly-once order or a
-        mixture or curriculum adds the rows' weights (repeat counts); a mixture or curriculum
-        travels as its configuration and one int16 stream column (never regrouped from the table)."""
-        described = population.columns()
-        order = population.order
-        if order is None and self.reader_config.sampling != "permutation":
-            return None if described is None else PopulationExport(*described)
-        columns, params = described if described is not None else ({}, {})
-        if population.active is not None and population.active.weights is not None:
-            columns = {**columns, "weights": population.active.weights}
-        if order is not None:
-            columns = {**columns, "stream": population.streams.index(len(population))}
-        return PopulationExport(columns, params, order) if columns else None
+        """`population` as `import_population` rebuilds it in another process (None: nothing to ship)."""
+        return populations.export_population(population, self.reader_config.sampling)
 
     def import_population(self, export: PopulationExport | None) -> Population:
         """The population `export_population` exported (its arrays used as they are)."""
-        if export is None:
-            return Population(self._catalog)
-        columns = export.columns
-        population = Population.from_columns(self._catalog, columns if "cache_pos" in columns else None, export.params)
-        order = export.order
-        if order is None:
-            return population
-        weights = None if population.active is None else population.active.weights
-        return population.with_order(order, StreamRows.from_index(tuple(order.streams), columns["stream"], weights))
+        return populations.import_population(self._catalog, export)
 
     def order_identity(self, population: Population | None = None) -> str:
         """What orders `population`'s (default: the current one's) shuffled windows, for resume
-        states: "draws" (dataset-rt's), "permutation", or "mixture:" / "curriculum:" and a BLAKE2b
-        digest of the configuration (streams, their rows and weights, proportions, options, stages)."""
-        population = self._population if population is None else population
-        if population.order is None:
-            return self.reader_config.sampling
-        return order_identity(population.order, population.streams)
+        states (`sampling.orders.order_identity`)."""
+        return orders.order_identity(self._population if population is None else population, self.reader_config.sampling)
 
-    def read_window(self, window: Window, transform: Callable[[CachedSample], Any] | None = None, *,
+    def read_window(self, window: Window | PlanWindow, transform: Callable[[CachedSample], Any] | None = None, *,
                     in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
         """The samples of `window` (or of a share of one) in window order, each passed through
         `transform`: read as `iter(self)` reads (the runtime's workers if the dataset has them),
         or with `in_process` by this thread's reader here (code that is itself a worker process).
         `check_embedded` overrides validate_cache's check of embedded metadata."""
-        if window.length == 0:
-            return iter(())
-        builder = self._builder(check_embedded)
-        chunks = local_chunks(self._reader(), window, READ_BLOCK_ROWS) if in_process else self._chunks(window)
-        return builder.samples(chunks, transform)
+        return self._reads.samples(window, transform, in_process=in_process, check_embedded=check_embedded)
 
-    def read_window_batches(self, window: Window, batch_size: int, *, with_metadata: bool = True,
+    def read_window_batches(self, window: Window | PlanWindow, batch_size: int, *, with_metadata: bool = True,
                             in_process: bool = False, check_embedded: bool | None = None,
                             buffers: Any = None) -> Iterator[SampleBatch]:
         """`window` (or a share of one) as `SampleBatch`es of `batch_size` consecutive positions
@@ -368,34 +265,15 @@ class CachedDataset:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
         if buffers is not None and not in_process:
             raise ConfigError("read_window_batches: buffers= needs in_process=True (ring slots are the runtime's)")
-        return self._window_batches(window, batch_size, False, with_metadata, self._builder(check_embedded),
-                                    in_process, buffers)
+        return self._reads.batches(window, batch_size, False, self._tables.arrow if with_metadata else None,
+                                   self._reads.builder(check_embedded), in_process, buffers)
 
     def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
         """Columns `names` of the caches' own metadata tables (metadata.arrow) for the samples
         (cache_id, sample_id) (uint64 arrays of one length n, ids this dataset holds): numeric
         and boolean columns as numpy arrays, others as object arrays, each of n entries.
         ConfigError naming a missing column. O(n) after the table's first decode."""
-        if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-            raise ArgumentTypeError("sample_columns() takes a list of column names")
-        table = self._arrow_table(None)
-        missing = [n for n in names if n not in table.column_names]
-        if missing:
-            raise ConfigError(f"no metadata column {missing[0]!r}; the columns are {table.column_names}")
-        catalog = self._catalog
-        rows = catalog.offsets[catalog.positions(np.asarray(cache_id, dtype=np.uint64))] + np.asarray(sample_id, dtype=np.int64)
-        part = table.select(list(names)).take(rows)
-        return {n: part.column(n).to_numpy() for n in names}
-
-    def _builder(self, check_embedded: bool | None) -> Any:
-        """The sample builder checking embedded metadata as `check_embedded` says (None: as
-        validate_cache says)."""
-        builder = self._sample_builder
-        if check_embedded is not None and check_embedded != builder.check_embedded:
-            if self._other_builder is None:
-                self._other_builder = builder.checking(check_embedded)
-            builder = self._other_builder
-        return builder
+        return self._tables.sample_columns(cache_id, sample_id, names)
 
     def cursor_state(self) -> CursorState:
         """Cursor, draw offset, epoch length and their population, read together under the lock."""
@@ -420,19 +298,10 @@ class CachedDataset:
 
     def cache_identity(self) -> CacheIdentity:
         """The caches' logical and physical identity (computed once)."""
-        caches = self._worker_caches
+        caches = self._reads.worker_caches
         return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, caches.cache_dirs, caches.key)
 
     # -- reading ------------------------------------------------------------------------------
-
-    def _reader(self) -> LocalReader:
-        """This thread's reader in this process (descriptors are never shared across forks)."""
-        local = self._thread_readers
-        reader = getattr(local, "reader", None)
-        if reader is None or local.pid != os.getpid():
-            reader = LocalReader(self._handles, verify_records=self.reader_config.verify_records)
-            local.reader, local.pid = reader, os.getpid()
-        return reader
 
     def __iter__(self) -> Iterator[CachedSample]:
         return self._iterate()
@@ -450,93 +319,10 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        read = functools.partial(self._window_batches, batch_size=batch_size, drop_last=drop_last,
-                                 with_metadata=with_metadata, builder=self._sample_builder)
+        read = functools.partial(self._reads.batches, batch_size=batch_size, drop_last=drop_last,
+                                 table_of=self._tables.arrow if with_metadata else None,
+                                 builder=self._reads.sample_builder)
         yield from self._stages.reads(self.reserve_window(), read, True)
-
-    def _window_batches(self, window: Window, batch_size: int, drop_last: bool, with_metadata: bool, builder: Any,
-                        in_process: bool = False, buffers: Any = None) -> Iterator[SampleBatch]:
-        """`window` as SampleBatches of `batch_size` in order: leased ring slots through the
-        runtime's workers, or in-process batches gathered straight into private buffers (or
-        `buffers`' arrays). `builder` decides the embedded-metadata check."""
-        if window.length == 0:
-            return
-        # The metadata slice of each batch is built only if the consumer reads it (see SampleBatch).
-        table = functools.partial(self._arrow_table, window.population) if with_metadata else None
-        check = builder.metadata if builder.check_embedded else None
-        maker = BatchMaker(self._catalog.cache_ids, table, check, self._payload_spec)
-        shape = self._batch_shape(batch_size, drop_last, builder.check_embedded)
-        if not in_process and self.reads_with_workers:
-            try:
-                packed = BatchRun(self._run_spec(window, batch_size), self._runtime._running_pool, shape,
-                                  pool_running=self._runtime.workers_launched)
-            except ResourceLimitError:
-                # A slot per batch exceeds the memory limit: small record slots, one copy per batch.
-                labels = [str(h.path) for h in self._handles]
-                yield from maker.from_chunks(self._chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
-                return
-        else:
-            reader = self._reader()
-            packed = local_batches(reader, window, shape, buffers=buffers or reader.batch_buffers)
-        try:
-            # `yield from map`: no frame here keeps a batch once it is handed out, so the
-            # consumer's references alone decide when a leased ring slot returns.
-            yield from map(maker.batch, packed)
-        finally:
-            packed.close()
-
-    def _batch_shape(self, batch_size: int, drop_last: bool, keep_json: bool) -> BatchShape:
-        """How `iter_batches` cuts and checks a window: the payload spec's length rule, the
-        embedded JSON kept only when it is checked (validate_cache), rows planned at the ring's
-        record size."""
-        spec = self._payload_spec
-        check = PayloadCheck() if spec is None else PayloadCheck.of(spec.dtype, spec.shape)
-        return BatchShape(batch_size, drop_last, check, keep_json, self._max_record_bytes())
-
-    def _arrow_table(self, population: Population | None) -> Any:
-        """pyarrow form of the table whose rows a population's planner rows index (cached):
-        the frame that population was validated from, or the physical table (also for None)."""
-        frame = population.table if population is not None and population.table is not None else self._physical()
-        if self._arrow_cache is None or self._arrow_cache[0] is not frame:
-            self._arrow_cache = (frame, frame.to_arrow())
-        return self._arrow_cache[1]
-
-    def _chunks(self, window: Window, rows_hint: int | None = None) -> Iterator[Chunk]:
-        """Gathered records of `window` in plan order, read as `reads_with_workers` says; `rows_hint`
-        (a batch size) aligns chunks with batches where the record size allows."""
-        if self.reads_with_workers:
-            run = ParallelRun(self._run_spec(window, rows_hint), self._runtime._running_pool)
-            try:
-                yield from run
-            finally:
-                run.close()
-        else:
-            yield from local_chunks(self._reader(), window, rows_hint or READ_BLOCK_ROWS)
-
-    def _run_spec(self, window: Window, rows_hint: int | None = None) -> RunSpec:
-        cfg = self.reader_config
-        return RunSpec(
-            caches=self._worker_caches, window=window, num_workers=self._runtime.num_workers,
-            prefetch_size=cfg.prefetch_size, max_record_bytes=self._max_record_bytes(),
-            memory_limit_bytes=cfg.memory_limit_bytes or self._default_memory_limit,
-            timeout_s=cfg.worker_timeout_s, fallback=self._reader(), rows_hint=rows_hint,
-        )
-
-    @functools.cached_property
-    def _default_memory_limit(self) -> int:
-        """`default_memory_limit_bytes()`, read once (cgroup files and psutil: ~2 ms per run)."""
-        return default_memory_limit_bytes()
-
-    @functools.cached_property
-    def _worker_caches(self) -> CacheSet:
-        """The caches as reader workers open them (built at the first parallel read)."""
-        return cache_set(self._handles, self.reader_config.verify_records)
-
-    def _max_record_bytes(self) -> int:
-        """Record size the worker ring is planned for (`runtime.run.planned_record_bytes`, cached)."""
-        if self._largest_record is None:
-            self._largest_record = planned_record_bytes(self._handles)
-        return self._largest_record
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
         """One sample by identity; ignores the active table and does not move any cursor."""
@@ -551,9 +337,11 @@ class CachedDataset:
             raise SampleIndexError(f"cache_id {cache_id} is out of range")
         if sample_id >= self._catalog.counts[pos]:
             raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
-        chunk = self._reader().read_chunk(np.array([pos], dtype=np.int64), np.array([sample_id], dtype=np.uint64))
-        [sample] = self._sample_builder.chunk_samples(chunk)
-        return sample
+        return self._reads.sample(pos, sample_id)
+
+    def _max_record_bytes(self) -> int:
+        """Record size the worker ring is planned for (`runtime.run.planned_record_bytes`, cached)."""
+        return self._reads.max_record_bytes
 
     # -- metadata table -----------------------------------------------------------------------
 
@@ -561,15 +349,7 @@ class CachedDataset:
         """The active table as last supplied, or the physical table (decoded on first use)."""
         if self._active_frame is not None:
             return self._active_frame
-        return self._physical()
-
-    def _physical(self) -> pl.DataFrame:
-        """The caches' own metadata table (decoded once, on first use; never changes)."""
-        if self._physical_frame is None:
-            from datasetrt.table.metadata import physical_table  # lazily: imports Polars and pyarrow
-
-            self._physical_frame = physical_table(self._catalog, self._schema, lambda k: self._handles[k].read_metadata())
-        return self._physical_frame
+        return self._tables.physical()
 
     samples_metadata = get_metadata
 
@@ -578,13 +358,7 @@ class CachedDataset:
 
         On any error the previous table stays active. Started iterators keep their snapshot.
         """
-        import polars as pl  # lazily, with table.metadata: a plain read never imports Polars
-
-        from datasetrt.table.metadata import validate_update
-
-        if not isinstance(df, pl.DataFrame):
-            raise MetadataTypeError(f"update_metadata expects a polars.DataFrame, got {type(df).__name__}")
-        active: ActiveRows = validate_update(df, self._catalog, self._schema)
+        active = self._tables.validated(df)
         population = self._ordered(Population(self._catalog, active, table=df), self._population.order)
         with self._lock:
             self._population = population
@@ -625,7 +399,29 @@ class CachedDataset:
         `advance()`; otherwise as `set_mixture` (replaces a mixture)."""
         self._set_order(curriculum, Curriculum, "set_curriculum")
 
-    # -- a curriculum's reads (dataset_stages.py; docs/sampling.md, "Advancing a curriculum") ----
+    def _set_order(self, order: Mixture | Curriculum | None, kind: type, method: str) -> None:
+        if order is not None and not isinstance(order, kind):
+            raise ArgumentTypeError(f"{method} expects a datasetrt.{kind.__name__} or None, got {type(order).__name__}")
+        if order is not None and not self.reader_config.shuffle:
+            raise ConfigError(f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)")
+        population = self._ordered(self._population.with_order(None, None), order)
+        with self._lock:
+            self._population = population
+            self._epoch_len = None
+            self._cursor = 0
+            self._draw_offset = 0
+
+    def _ordered(self, population: Population, order: Mixture | Curriculum | None) -> Population:
+        """`population` with `order`'s streams grouped from its table (Polars, once), and its
+        plan under the dataset's seed built now, so that a bad table or configuration is refused
+        before anything changes (repeat counts of an exactly-once order included)."""
+        if order is not None:
+            population = self._tables.grouped(population, order, self.cache_paths)
+        if self.reader_config.shuffle:
+            self._plan(population)
+        return population
+
+    # -- a curriculum's reads (stages.py; docs/sampling.md, "Advancing a curriculum") ---------
 
     @property
     def read_position(self) -> int | None:
@@ -670,33 +466,7 @@ class CachedDataset:
         self._stages.hold(owner)
 
     def _curriculum_plan(self, method: str | None) -> CurriculumPlan | None:
-        return curriculum_plan(self._plan(self._population, self._seed), method)
-
-    def _set_order(self, order: Mixture | Curriculum | None, kind: type, method: str) -> None:
-        if order is not None and not isinstance(order, kind):
-            raise ArgumentTypeError(f"{method} expects a datasetrt.{kind.__name__} or None, got {type(order).__name__}")
-        if order is not None and not self.reader_config.shuffle:
-            raise ConfigError(f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)")
-        population = self._ordered(self._population.with_order(None, None), order)
-        with self._lock:
-            self._population = population
-            self._epoch_len = None
-            self._cursor = 0
-            self._draw_offset = 0
-
-    def _ordered(self, population: Population, order: Mixture | Curriculum | None) -> Population:
-        """`population` with `order`'s streams grouped from its table (Polars, once), and its
-        plan under the dataset's seed built now, so that a bad table or configuration is refused
-        before anything changes (repeat counts of an exactly-once order included)."""
-        if order is not None:
-            from datasetrt.table.streams import group_streams  # lazily: imports Polars
-
-            frame = population.table if population.table is not None else self._physical()
-            caches = {str(path): int(cid) for path, cid in zip(self.cache_paths, self._catalog.cache_ids.tolist())}
-            population = population.with_order(order, group_streams(frame, order.streams, caches))
-        if self.reader_config.shuffle:
-            self._plan(population, self._seed)
-        return population
+        return curriculum_plan(self._plan(self._population), method)
 
     # -- manifests ----------------------------------------------------------------------------
 
@@ -711,10 +481,7 @@ class CachedDataset:
 
     def close(self) -> None:
         """Close this thread's shard descriptors now (they are also closed on garbage collection)."""
-        reader = getattr(self._thread_readers, "reader", None)
-        if reader is not None:
-            reader.close()
-            self._thread_readers.reader = None
+        self._reads.close()
 
     def __enter__(self) -> CachedDataset:
         return self

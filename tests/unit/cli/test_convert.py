@@ -1,4 +1,4 @@
-"""`datasetrt convert` (datasetrt/convert.py): caches from files with the column options, the
+"""`datasetrt convert` (datasetrt/cli/convert.py): caches from files with the column options, the
 progress bar, failures as exit status 1 and usage errors as 2."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 import datasetrt as drt
 from datasetrt import api, errors
-from datasetrt.payloads import PAYLOAD_DTYPES, shape_problem
+from datasetrt.values.payloads import PAYLOAD_DTYPES, shape_problem
 
 FAMILIES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
             "float16", "float32", "float64", "complex64", "complex128"]

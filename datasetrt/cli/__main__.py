@@ -1,0 +1,7 @@
+"""`python -m datasetrt.cli ...`: the console command."""
+
+import sys
+
+from datasetrt.cli.main import main
+
+sys.exit(main())
