@@ -5,7 +5,7 @@
 Boundary: byte buffers in, byte buffers out; no files, no tables, no processes. The GIL is released
 around every codec and hash call so a writer thread pool encodes in parallel. Codec ids,
 limits and the per-codec helpers are the codec table's native twin (codecs.pxd;
-datasetrt/codecs.py); wire forms are in docs/storage-format.md. Failures raise through
+datasetrt/values/codecs.py); wire forms are in docs/storage-format.md. Failures raise through
 faults.raise_fault.
 """
 
@@ -19,7 +19,7 @@ from codecs cimport (
 )
 from faults cimport F_ARGUMENT, F_CODEC, F_INPUT_LIMIT, F_LEVEL, F_NOMEM, F_OK, F_STATE, F_TYPE, raise_fault
 
-from datasetrt.codecs import CODEC_BY_ID
+from datasetrt.values.codecs import CODEC_BY_ID
 
 cdef extern from "xxhash.h" nogil:
     ctypedef struct XXH3_state_t

@@ -1,7 +1,7 @@
-# Native twin of datasetrt/codecs.py (the codec table): codec ids, the kernels' codec limits, and
+# Native twin of datasetrt/values/codecs.py (the codec table): codec ids, the kernels' codec limits, and
 # each codec's encode/decode helpers behind one dispatch, used by codec.pyx (writer) and gather.pyx
 # (reader). Adding a codec touches this file (id, limits, one branch per helper), its row in
-# datasetrt/codecs.py, clibs.pxd when the library needs new declarations, and the docs. A codec with
+# datasetrt/values/codecs.py, clibs.pxd when the library needs new declarations, and the docs. A codec with
 # per-cache state (zstd_dict) also has a branch in the state helpers (`decode_state_init`,
 # `encode_state_init`) and reads its state in `decode` / `encode`; training a state is
 # datasetrt/format/dictionary.py's.
@@ -25,7 +25,7 @@ from clibs cimport (
 from faults cimport F_ARGUMENT, F_CODEC, F_DECODE, F_ENCODE, F_INPUT_LIMIT, F_LEVEL, F_NOMEM, F_OK, F_STATE
 
 
-cdef enum CodecId:  # == Codec.codec_id in datasetrt/codecs.py
+cdef enum CodecId:  # == Codec.codec_id in datasetrt/values/codecs.py
     CODEC_NONE = 0
     CODEC_LZ4 = 1
     CODEC_ZSTD = 2

@@ -36,7 +36,7 @@ from faults cimport (
 )
 from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
-from datasetrt.codecs import CODEC_BY_ID
+from datasetrt.values.codecs import CODEC_BY_ID
 
 # The record sizes this kernel indexes by (layout.pxd), for the twin check against format/layout.py.
 RECORD_LAYOUT = {
