@@ -6,6 +6,8 @@ Boundary: imports nothing from the package. Each class also subclasses the built
 reference wording and add the offending path, column or value.
 """
 
+from __future__ import annotations
+
 
 class DatasetRTError(Exception):
     """Base class of every error datasetrt raises on purpose."""
@@ -58,7 +60,44 @@ class IntegrityError(CacheFormatError):
 
 
 class CacheIOError(DatasetRTError, RuntimeError):
-    """An operating-system error while reading or writing a cache (dataset-rt: RuntimeError "I/O error: ...")."""
+    """An operating-system error while reading or writing a cache (dataset-rt: RuntimeError "I/O error: ...").
+
+    `errno` is the OS error number when the error came from the OS (None otherwise: a short read,
+    an offset out of bounds) and `path` the file or directory it concerns; code that must react
+    to a kind of failure (EMFILE, ENOSPC) reads `errno`, never the message. Build one from an
+    `OSError` with `from_os`, the one place the "I/O error: ... (os error N): path" text is made."""
+
+    def __init__(self, message: str, *, errno: int | None = None, path: object = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.path = None if path is None else str(path)
+
+    def __reduce__(self):  # keep errno and path through pickling (and so across processes)
+        return _rebuild_io_error, (type(self), str(self), self.errno, self.path)
+
+    @classmethod
+    def from_os(cls, exc: OSError | int, path: object, detail: str | None = None) -> CacheIOError:
+        """The error for `exc` (an `OSError`, or a bare errno) on `path`:
+        "I/O error: <strerror> (os error <errno>): <path>[: <detail>]"."""
+        number = exc if isinstance(exc, int) else exc.errno
+        message = f"I/O error: {os_error_text(exc)}: {path}" + (f": {detail}" if detail else "")
+        return cls(message, errno=number, path=path)
+
+
+def os_error_text(exc: OSError | int) -> str:
+    """"<strerror> (os error <errno>)" for an `OSError` or a bare errno, as dataset-rt words OS
+    errors (the text of `CacheIOError.from_os`, and of write results that report one)."""
+    import os
+
+    if isinstance(exc, int):
+        return f"{os.strerror(exc)} (os error {exc})"
+    if exc.errno is None:
+        return str(exc)
+    return f"{exc.strerror or os.strerror(exc.errno)} (os error {exc.errno})"
+
+
+def _rebuild_io_error(cls: type, message: str, errno: int | None, path: str | None) -> CacheIOError:
+    return cls(message, errno=errno, path=path)
 
 
 # --- metadata table ----------------------------------------------------------------------------
