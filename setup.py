@@ -92,9 +92,11 @@ def codec_build_args() -> dict:
     archives = [_find(f"lib{name}.a", libs) for name in ARCHIVED]
     if mode == "static" and None in archives:
         absent = [f"lib{n}.a" for n, a in zip(ARCHIVED, archives) if a is None]
-        fail(f"DATASETRT_LINK=static but {', '.join(absent)} not found in {os.pathsep.join(libs)}; "
-             "install liblz4-dev libzstd-dev (Debian/Ubuntu) or lz4-static libzstd-static (Fedora/RHEL), "
-             "or set DATASETRT_LIBRARY_DIRS")
+        fail(
+            f"DATASETRT_LINK=static but {', '.join(absent)} not found in {os.pathsep.join(libs)}; "
+            "install liblz4-dev libzstd-dev (Debian/Ubuntu) or lz4-static libzstd-static (Fedora/RHEL), "
+            "or set DATASETRT_LIBRARY_DIRS"
+        )
     # Only dirs the compiler would not search anyway (an explicit DATASETRT_INCLUDE_DIRS) go on -I.
     found = dict.fromkeys(os.path.dirname(_find(h, incs)) for h in HEADERS)
     args = {"include_dirs": list(found) if _env_dirs("DATASETRT_INCLUDE_DIRS") is not None else []}

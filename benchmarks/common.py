@@ -71,7 +71,11 @@ def write_cache(lib, runtime, base: Path, source, algo: str, typed: dict | None 
     `typed` ({"dtype": "<i4", "shape": [512]}) records `WriterConfig(payload_spec=PayloadSpec(...))`
     when `lib` has PayloadSpec (datasetrt with typed payloads, issue 11); otherwise it is ignored
     and the cache holds the same bytes untyped."""
-    spec = {"payload_spec": lib.PayloadSpec(typed["dtype"], tuple(typed["shape"]))} if typed and hasattr(lib, "PayloadSpec") else {}
+    spec = (
+        {"payload_spec": lib.PayloadSpec(typed["dtype"], tuple(typed["shape"]))}
+        if typed and hasattr(lib, "PayloadSpec")
+        else {}
+    )
     cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo), **spec)
     [result] = runtime.write_cache([source], base, writer_config=cfg)
     assert isinstance(result, lib.CacheWriteSuccess), result
@@ -80,7 +84,9 @@ def write_cache(lib, runtime, base: Path, source, algo: str, typed: dict | None 
 
 def write_once(lib, base: Path, count: int, payload_bytes: int, algo: str, name: str = "bench") -> Path:
     """A one-thread runtime (`num_workers=1`) writing a PayloadSource of `count` x `payload_bytes`."""
-    return write_cache(lib, lib.DatasetRuntime(num_workers=1), base, PayloadSource(name, count, payload_bytes, lib.CacheInput), algo)
+    return write_cache(
+        lib, lib.DatasetRuntime(num_workers=1), base, PayloadSource(name, count, payload_bytes, lib.CacheInput), algo
+    )
 
 
 def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
@@ -99,7 +105,12 @@ def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
         name = f"c{i:05d}"
         d = base / name
         (d / "shards").mkdir(parents=True)
-        for rel in ("index.bin", "metadata.arrow", "checksums.xxh3", *(f"shards/{s['name']}" for s in manifest["shards"])):
+        for rel in (
+            "index.bin",
+            "metadata.arrow",
+            "checksums.xxh3",
+            *(f"shards/{s['name']}" for s in manifest["shards"]),
+        ):
             os.link(seed / rel, d / rel)
         doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
         (d / "manifest.json").write_text(json.dumps(doc, indent=2))
@@ -113,7 +124,11 @@ def open_caches(lib, runtime, paths: list[Path]) -> int:
     needs a runtime), `CachedDataset(paths, ..., runtime=None)`. datasetrt builds the dataset the
     same way in both cases; its workers start only at the first parallel read."""
     cfg = lib.ReaderConfig(seed=1)
-    ds = lib.CachedDataset(paths, reader_config=cfg, runtime=None) if runtime is None else runtime.cached_dataset(paths, reader_config=cfg)
+    ds = (
+        lib.CachedDataset(paths, reader_config=cfg, runtime=None)
+        if runtime is None
+        else runtime.cached_dataset(paths, reader_config=cfg)
+    )
     return len(ds)
 
 
@@ -160,7 +175,9 @@ def _fmt(x: float) -> str:
 
 def save_json(path: Path, measurements: list[Measurement], extra: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"machine": machine_facts(), **extra, "measurements": [asdict(m) for m in measurements]}, indent=2))
+    path.write_text(
+        json.dumps({"machine": machine_facts(), **extra, "measurements": [asdict(m) for m in measurements]}, indent=2)
+    )
 
 
 def exit_on_different_bytes(failures: list[str]) -> None:
@@ -179,7 +196,9 @@ def p95_ms(t0: float, stamps: list[float]) -> float | None:
     return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
 
 
-def record_rep(result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]) -> None:
+def record_rep(
+    result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]
+) -> None:
     """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
     if rep > 0 or repeats == 1:
         result["rates"].append(n / dt)

@@ -24,8 +24,17 @@ from pathlib import Path
 import dataset_rt
 
 import datasetrt
-from benchmarks.common import (Measurement, machine_facts, make_many_caches, open_caches, ratio_table, repeat, save_json,
-                               timed, write_once)
+from benchmarks.common import (
+    Measurement,
+    machine_facts,
+    make_many_caches,
+    open_caches,
+    ratio_table,
+    repeat,
+    save_json,
+    timed,
+    write_once,
+)
 
 LIBS = {"datasetrt": datasetrt, "dataset-rt 0.4.8": dataset_rt}
 OURS = "datasetrt"
@@ -40,9 +49,9 @@ def bench_write(workdir: Path, count: int, payload_bytes: int, repeats: int) -> 
             runs = []
 
             def run() -> float:
-                base = workdir / f"w-{len(runs)}-{label.split()[0]}-{algo}"
-                runs.append(base)
-                seconds = timed(lambda: write_once(lib, base, count, payload_bytes, algo))
+                base = workdir / f"w-{len(runs)}-{label.split()[0]}-{algo}"  # noqa: B023 (called within this iteration)
+                runs.append(base)  # noqa: B023 (called within this iteration)
+                seconds = timed(lambda: write_once(lib, base, count, payload_bytes, algo))  # noqa: B023 (called within this iteration)
                 shutil.rmtree(base)
                 return mib / seconds
 
@@ -107,7 +116,11 @@ def bench_read(workdir: Path, count: int, payload_bytes: int, repeats: int) -> l
                 m.values = repeat(lambda ds=ds: count / timed(lambda: iterate_all(ds)), repeats)
                 out.append(m)
             if algo == "none" and not shuffle:
-                out.append(Measurement(workload, "page-cache pread (limit)", "samples/s", page_cache_limit(cache, count, repeats)))
+                out.append(
+                    Measurement(
+                        workload, "page-cache pread (limit)", "samples/s", page_cache_limit(cache, count, repeats)
+                    )
+                )
     return out
 
 
@@ -117,7 +130,7 @@ def bench_open(workdir: Path, how_many: int, repeats: int) -> list[Measurement]:
     for label, lib in LIBS.items():
         rt = lib.DatasetRuntime(num_workers=1)
         m = Measurement(f"open {how_many} caches", label, "s", higher_is_better=False)
-        m.values = repeat(lambda: timed(lambda: open_caches(lib, rt, paths)), repeats)
+        m.values = repeat(lambda: timed(lambda: open_caches(lib, rt, paths)), repeats)  # noqa: B023 (called within this iteration)
         out.append(m)
     return out
 

@@ -33,15 +33,18 @@ def main() -> None:
             for path_name in ("per-sample", "batches of 256"):
                 workload = f"{payload_bytes // 1024} KiB x {count} {path_name}"
                 for verify in (True, False):
-                    ds = datasetrt.CachedDataset([cache], reader_config=datasetrt.ReaderConfig(
-                        seed=1, shuffle=False, verify_records=verify), runtime=None)
+                    ds = datasetrt.CachedDataset(
+                        [cache],
+                        reader_config=datasetrt.ReaderConfig(seed=1, shuffle=False, verify_records=verify),
+                        runtime=None,
+                    )
                     if path_name == "per-sample":
                         run = lambda ds=ds: sum(1 for _ in ds)  # noqa: E731
                     else:
                         run = lambda ds=ds: sum(len(b) for b in ds.iter_batches(256, with_metadata=False))  # noqa: E731
                     run()  # warm the page cache and the reader
                     label = "verify_records=True" if verify else "verify_records=False"
-                    ms.append(Measurement(workload, label, "MiB/s", repeat(lambda: mib / timed(run), repeats)))
+                    ms.append(Measurement(workload, label, "MiB/s", repeat(lambda: mib / timed(run), repeats)))  # noqa: B023 (called within this iteration)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"machine: {machine_facts()}")

@@ -136,8 +136,14 @@ def run_child(spec: dict) -> dict:
 
             records = mod.MemmapRecords(spec["data"], spec["offsets"], spec["cache_id"], mod.transform)
             start = time.perf_counter()
-            dl = DataLoader(records, batch_size=BATCH, shuffle=False, num_workers=workers, collate_fn=mod.collate,
-                            multiprocessing_context=method if workers else None)
+            dl = DataLoader(
+                records,
+                batch_size=BATCH,
+                shuffle=False,
+                num_workers=workers,
+                collate_fn=mod.collate,
+                multiprocessing_context=method if workers else None,
+            )
         else:
             if contender == DATASET_RT:
                 import dataset_rt as lib
@@ -151,15 +157,21 @@ def run_child(spec: dict) -> dict:
                 runtime = lib.DatasetRuntime(num_workers=RUNTIME_WORKERS)
                 ds = runtime.cached_dataset([spec["cache"]], reader_config=cfg)
             result["open_s"] = time.perf_counter() - t_open
-            kwargs = dict(shuffle=False, batch_size=BATCH, num_workers=workers, sample_transform_fn=mod.transform,
-                          collate_fn=mod.collate, verbose=False)
+            kwargs = {
+                "shuffle": False,
+                "batch_size": BATCH,
+                "num_workers": workers,
+                "sample_transform_fn": mod.transform,
+                "collate_fn": mod.collate,
+                "verbose": False,
+            }
             if workers:
                 kwargs["multiprocessing_context"] = method
             start = time.perf_counter()
             dl = ds.to_torch_dataloader(**kwargs)
         result["build_s"] = time.perf_counter() - start
         result["first_batch_s"] = None
-        for p in range(passes):
+        for _p in range(passes):
             rows = []
             t0 = time.perf_counter()
             for x, cid, sid in dl:
@@ -186,9 +198,14 @@ def contender_child(spec: dict, timeout_s: float, module: str = "benchmarks.load
     """Run one child (`python -m <module> --child SPEC`); its figures, or {"error": text}. A child
     that printed its figures and then exited non-zero (e.g. an abort at teardown) keeps its
     figures, with the exit noted."""
-    proc = subprocess.Popen([sys.executable, "-m", module, "--child", json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--child", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -223,10 +240,14 @@ def write_workload(base: Path, count: int) -> tuple[Path, Path, Path, int]:
 
     rt = datasetrt.DatasetRuntime(num_workers=2)
     cfg = datasetrt.WriterConfig(show_progress=False, shard_compression=datasetrt.ShardCompression(algo="none"))
-    [res] = rt.write_cache([PayloadSource("bench", count, PAYLOAD, datasetrt.CacheInput)], base / "cache", writer_config=cfg)
+    [res] = rt.write_cache(
+        [PayloadSource("bench", count, PAYLOAD, datasetrt.CacheInput)], base / "cache", writer_config=cfg
+    )
     rt.close()
     assert isinstance(res, datasetrt.CacheWriteSuccess), res
-    ds = datasetrt.CachedDataset([res.path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None)
+    ds = datasetrt.CachedDataset(
+        [res.path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None
+    )
     cache_id = next(iter(ds)).cache_id
     # the plain loader's files, written from the source itself (not from the cache)
     payloads = [p for p, _ in PayloadSource("bench", count, PAYLOAD, lambda data, meta: (data, meta))]
@@ -263,8 +284,20 @@ def summarize(rows: list[dict]) -> dict:
     out: dict = {}
     for r in rows:
         key = (r["config"], r["contender"])
-        s = out.setdefault(key, {"config": r["config"], "contender": r["contender"], "rates": [], "first_pass_rates": [],
-                                 "first_batch_s": [], "build_s": [], "pss_mib": [], "errors": [], "notes": []})
+        s = out.setdefault(
+            key,
+            {
+                "config": r["config"],
+                "contender": r["contender"],
+                "rates": [],
+                "first_pass_rates": [],
+                "first_batch_s": [],
+                "build_s": [],
+                "pss_mib": [],
+                "errors": [],
+                "notes": [],
+            },
+        )
         if "error" in r:
             s["errors"].append(r["error"])
             continue
@@ -289,12 +322,16 @@ def check_outputs(rows: list[dict], count: int) -> dict:
     verdicts: dict = {}
     ok_rows = [r for r in rows if "error" not in r]
     for r in ok_rows:
-        assert all(n == count for n in r["pass_n"]), f"{r['config']} {r['contender']}: pass sizes {r['pass_n']} != {count}"
+        assert all(n == count for n in r["pass_n"]), (
+            f"{r['config']} {r['contender']}: pass sizes {r['pass_n']} != {count}"
+        )
     expected_multiset = None
     for r in ok_rows:
         for m in r["multiset"]:
             expected_multiset = expected_multiset or m
-            assert m == expected_multiset, f"{r['config']} {r['contender']}: a pass read a different multiset of samples"
+            assert m == expected_multiset, (
+                f"{r['config']} {r['contender']}: a pass read a different multiset of samples"
+            )
     for config in dict.fromkeys(r["config"] for r in rows):
         ref = next((r for r in ok_rows if r["config"] == config and r["contender"] == DATASETRT), None)
         for r in ok_rows:
@@ -321,8 +358,10 @@ def render(summary: dict, verdicts: dict, contenders: list[str]) -> str:
             if s is None:
                 continue
             if s["rate"] is None:
-                lines.append(f"| {config} | {contender} | **failed**: {'; '.join(dict.fromkeys(s['errors']))} "
-                             "| | | | | | | | | |")
+                lines.append(
+                    f"| {config} | {contender} | **failed**: {'; '.join(dict.fromkeys(s['errors']))} "
+                    "| | | | | | | | | |"
+                )
                 continue
             order = verdicts.get(f"{config} | {contender}")
             order_txt = "-" if contender == DATASETRT or order is None else ("yes" if order else "no")
@@ -335,7 +374,8 @@ def render(summary: dict, verdicts: dict, contenders: list[str]) -> str:
                 f"| {config} | {contender}{note} | {s['rate']:,.0f} | {min(s['rates']):,.0f} - {max(s['rates']):,.0f} "
                 f"| {s['first_pass_rate']:,.0f} | {_fmt_s(s['first_batch'])} | {_fmt_s(s['build'])} | {s['pss']:,.0f} MiB "
                 f"| {_ratio(base and base['rate'], s['rate'])} | {_ratio(base and base['first_batch'], s['first_batch'])} "
-                f"| {_ratio(base and base['pss'], s['pss'])} | {order_txt} |")
+                f"| {_ratio(base and base['pss'], s['pss'])} | {order_txt} |"
+            )
     return "\n".join(lines)
 
 
@@ -366,36 +406,58 @@ def main() -> None:
             for workers, method in CONFIGS:
                 config = _config_name(workers, method)
                 for contender in contenders + ([DATASETRT_INPROC] if workers == 0 else []):
-                    spec = {"contender": contender, "workers": workers, "method": method, "passes": passes,
-                            "cache": str(cache), "data": str(data_path), "offsets": str(offsets_path),
-                            "cache_id": cache_id}
+                    spec = {
+                        "contender": contender,
+                        "workers": workers,
+                        "method": method,
+                        "passes": passes,
+                        "cache": str(cache),
+                        "data": str(data_path),
+                        "offsets": str(offsets_path),
+                        "cache_id": cache_id,
+                    }
                     r = contender_child(spec, timeout_s)
                     rows.append({"config": config, "contender": contender, "repeat": rep, **r})
                     if "error" in r:
                         print(f"[{rep}] {config:10} {contender:26} FAILED: {r['error']}", flush=True)
                     else:
                         rates = [n / t for n, t in zip(r["pass_n"], r["pass_s"])]
-                        print(f"[{rep}] {config:10} {contender:26} passes {' '.join(f'{x:,.0f}' for x in rates)} samples/s"
-                              f"  first batch {_fmt_s(r['first_batch_s'])}  build {_fmt_s(r['build_s'])}"
-                              f"  peak PSS {r['peak_pss_mib']:,.0f} MiB" + (f"  [{r['exit_note']}]" if "exit_note" in r else ""),
-                              flush=True)
+                        print(
+                            f"[{rep}] {config:10} {contender:26} passes {' '.join(f'{x:,.0f}' for x in rates)} samples/s"
+                            f"  first batch {_fmt_s(r['first_batch_s'])}  build {_fmt_s(r['build_s'])}"
+                            f"  peak PSS {r['peak_pss_mib']:,.0f} MiB"
+                            + (f"  [{r['exit_note']}]" if "exit_note" in r else ""),
+                            flush=True,
+                        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     verdicts = check_outputs(rows, count)
     summary = summarize(rows)
     wall = time.perf_counter() - wall
     all_contenders = [DATASETRT, DATASETRT_INPROC, DATASET_RT, PLAIN]
-    print(f"\nmachine: {machine_facts()}; {count:,} x {PAYLOAD // 1024} KiB records, batch {BATCH}, shuffle=False, "
-          f"{repeats} process(es) x {passes} passes per contender and config; wall {wall:.0f} s")
+    print(
+        f"\nmachine: {machine_facts()}; {count:,} x {PAYLOAD // 1024} KiB records, batch {BATCH}, shuffle=False, "
+        f"{repeats} process(es) x {passes} passes per contender and config; wall {wall:.0f} s"
+    )
     print("every pass of every successful run read the same multiset of (cache_id, sample_id, payload checksum): yes")
     print(render(summary, verdicts, all_contenders))
     measurements = [Measurement(c, k, "samples/s", s["rates"]) for (c, k), s in summary.items()]
-    save_json(args.out, measurements, {
-        "count": count, "payload_bytes": PAYLOAD, "batch": BATCH, "repeats": repeats, "passes": passes,
-        "wall_s": wall, "same_multiset": True, "same_order_as_datasetrt": verdicts,
-        "summary": [{k: v for k, v in s.items()} for s in summary.values()],
-        "runs": rows,
-    })
+    save_json(
+        args.out,
+        measurements,
+        {
+            "count": count,
+            "payload_bytes": PAYLOAD,
+            "batch": BATCH,
+            "repeats": repeats,
+            "passes": passes,
+            "wall_s": wall,
+            "same_multiset": True,
+            "same_order_as_datasetrt": verdicts,
+            "summary": [dict(s.items()) for s in summary.values()],
+            "runs": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

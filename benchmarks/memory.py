@@ -67,7 +67,9 @@ CONFIGS: list[tuple[str, int, str | None]] = [
     ("drt-loader", 0, None),
     *[("drt-loader", k, m) for m in ("fork", "spawn") for k in (1, 2, 4)],
     *[("dataset-rt-runtime", k, None) for k in (1, 2, 4)],
-    ("dataset-rt-loader", 0, None), ("dataset-rt-loader", 2, "fork"), ("dataset-rt-loader", 2, "spawn"),
+    ("dataset-rt-loader", 0, None),
+    ("dataset-rt-loader", 2, "fork"),
+    ("dataset-rt-loader", 2, "spawn"),
     *[("torch-dicts", k, "fork" if k else None) for k in (0, 1, 2, 4)],
     *[("torch-numpy", k, "fork" if k else None) for k in (0, 1, 2, 4)],
 ]
@@ -99,9 +101,15 @@ class DictRecords(_Pread):
 
     def __init__(self, data_path: str, offsets: list[int]) -> None:
         super().__init__(data_path)
-        self.items = [{"sample_id": i, "offset": offsets[i], "length": offsets[i + 1] - offsets[i],
-                       "metadata": {"benchmark_position": i, "wide": f"w{i % 97:04d}"}}
-                      for i in range(len(offsets) - 1)]
+        self.items = [
+            {
+                "sample_id": i,
+                "offset": offsets[i],
+                "length": offsets[i + 1] - offsets[i],
+                "metadata": {"benchmark_position": i, "wide": f"w{i % 97:04d}"},
+            }
+            for i in range(len(offsets) - 1)
+        ]
 
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "items": self.items}
@@ -111,8 +119,11 @@ class DictRecords(_Pread):
 
     def __getitem__(self, i: int) -> dict:
         item = self.items[i]
-        return {"data": self.read(item["offset"], item["length"]), "sample_id": item["sample_id"],
-                "metadata": dict(item["metadata"])}
+        return {
+            "data": self.read(item["offset"], item["length"]),
+            "sample_id": item["sample_id"],
+            "metadata": dict(item["metadata"]),
+        }
 
 
 class NumpyRecords(_Pread):
@@ -136,8 +147,11 @@ class NumpyRecords(_Pread):
 
     def __getitem__(self, i: int) -> dict:
         lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
-        return {"data": self.read(lo, hi - lo), "sample_id": int(self.sample_id[i]),
-                "metadata": {"benchmark_position": int(self.position[i]), "wide": self.wide[i].decode()}}
+        return {
+            "data": self.read(lo, hi - lo),
+            "sample_id": int(self.sample_id[i]),
+            "metadata": {"benchmark_position": int(self.position[i]), "wide": self.wide[i].decode()},
+        }
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,14 +184,22 @@ def run_one(reader: str, workers: int, method: str | None, workdir: Path) -> dic
         from torch.utils.data import DataLoader
 
         offsets = np.load(workdir / "offsets.npy")
-        dataset = (DictRecords(str(workdir / "payloads.bin"), offsets.tolist()) if reader == "torch-dicts"
-                   else NumpyRecords(str(workdir / "payloads.bin"), offsets))
+        dataset = (
+            DictRecords(str(workdir / "payloads.bin"), offsets.tolist())
+            if reader == "torch-dicts"
+            else NumpyRecords(str(workdir / "payloads.bin"), offsets)
+        )
         del offsets
         _mark("steady-start")
         t0 = time.perf_counter()
-        dl = DataLoader(dataset, batch_size=BATCH, shuffle=True, num_workers=workers,
-                        generator=torch.Generator().manual_seed(SEED),
-                        multiprocessing_context=method if workers else None)
+        dl = DataLoader(
+            dataset,
+            batch_size=BATCH,
+            shuffle=True,
+            num_workers=workers,
+            generator=torch.Generator().manual_seed(SEED),
+            multiprocessing_context=method if workers else None,
+        )
         n = sum(_batch_len(b) for b in dl)
     else:
         lib = __import__("dataset_rt" if reader.startswith("dataset-rt") else "datasetrt")
@@ -201,7 +223,7 @@ def run_one(reader: str, workers: int, method: str | None, workdir: Path) -> dic
             for sample in ds:
                 n += len(sample.data) > 0
         else:
-            kwargs = dict(shuffle=True, seed=SEED, batch_size=BATCH, num_workers=workers, verbose=False)
+            kwargs = {"shuffle": True, "seed": SEED, "batch_size": BATCH, "num_workers": workers, "verbose": False}
             if workers:
                 kwargs["multiprocessing_context"] = method
             dl = ds.to_torch_dataloader(**kwargs)
@@ -227,7 +249,9 @@ def prepare(workdir: Path, count: int) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     rt = datasetrt.DatasetRuntime(num_workers=2)
     cfg = datasetrt.WriterConfig(show_progress=False, shard_compression=datasetrt.ShardCompression(algo="none"))
-    [res] = rt.write_cache([PayloadSource("memory", count, PAYLOAD, datasetrt.CacheInput)], workdir / "caches", writer_config=cfg)
+    [res] = rt.write_cache(
+        [PayloadSource("memory", count, PAYLOAD, datasetrt.CacheInput)], workdir / "caches", writer_config=cfg
+    )
     rt.close()
     assert isinstance(res, datasetrt.CacheWriteSuccess), res
     (workdir / "cache-path.txt").write_text(str(res.path))
@@ -250,10 +274,21 @@ def measure(reader: str, workers: int, method: str | None, workdir: Path, timeou
     """Run one configuration under scripts/pss in its own session; figures or {"error"}."""
     with tempfile.TemporaryDirectory(prefix="datasetrt-bench-memory-") as tmp:
         summary_path = Path(tmp) / "pss.json"
-        argv = [sys.executable, str(PSS_TOOL), "--interval", str(INTERVAL), "--quiet", "--json", str(summary_path),
-                "--", sys.executable, *command_for(reader, workers, method, str(workdir))]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                start_new_session=True)
+        argv = [
+            sys.executable,
+            str(PSS_TOOL),
+            "--interval",
+            str(INTERVAL),
+            "--quiet",
+            "--json",
+            str(summary_path),
+            "--",
+            sys.executable,
+            *command_for(reader, workers, method, str(workdir)),
+        ]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+        )
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -267,15 +302,26 @@ def measure(reader: str, workers: int, method: str | None, workdir: Path, timeou
         child = json.loads(lines[-1])
         pss = json.loads(summary_path.read_text())
     total = pss["total"]
-    return {**child, "steady_pss": total["steady_pss"], "peak_pss": total["peak_pss"], "steady_uss": total["steady_uss"],
-            "steady_rss": total["steady_rss"], "processes": total["processes"], "steady_samples": pss["steady_samples"],
-            "per_process": [{k: p[k] for k in ("pid", "name", "steady_pss", "peak_pss", "steady_uss")} for p in pss["processes"]]}
+    return {
+        **child,
+        "steady_pss": total["steady_pss"],
+        "peak_pss": total["peak_pss"],
+        "steady_uss": total["steady_uss"],
+        "steady_rss": total["steady_rss"],
+        "processes": total["processes"],
+        "steady_samples": pss["steady_samples"],
+        "per_process": [
+            {k: p[k] for k in ("pid", "name", "steady_pss", "peak_pss", "steady_uss")} for p in pss["processes"]
+        ],
+    }
 
 
 def render(rows: list[dict]) -> str:
     base = {r["reader"]: r for r in rows if r["workers"] == 0 and "error" not in r}
-    lines = ["| reader | K | start | steady tree PSS | peak tree PSS | steady tree USS | per worker vs K=0 | processes | epoch |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| reader | K | start | steady tree PSS | peak tree PSS | steady tree USS | per worker vs K=0 | processes | epoch |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         head = f"| {LABELS[r['reader']]} | {r['workers']} | {r['method'] or '-'} "
         if "error" in r:
@@ -283,8 +329,11 @@ def render(rows: list[dict]) -> str:
             continue
         b = base.get(r["reader"])
         per = f"{(r['steady_pss'] - b['steady_pss']) / r['workers'] / MIB:+,.0f} MiB" if b and r["workers"] else "-"
-        lines.append(head + f"| {r['steady_pss'] / MIB:,.0f} MiB | {r['peak_pss'] / MIB:,.0f} MiB | {r['steady_uss'] / MIB:,.0f} MiB "
-                     f"| {per} | {r['processes']} | {r['epoch_s']:.1f} s |")
+        lines.append(
+            head
+            + f"| {r['steady_pss'] / MIB:,.0f} MiB | {r['peak_pss'] / MIB:,.0f} MiB | {r['steady_uss'] / MIB:,.0f} MiB "
+            f"| {per} | {r['processes']} | {r['epoch_s']:.1f} s |"
+        )
     return "\n".join(lines)
 
 
@@ -292,10 +341,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20,000 records instead of 200,000")
     parser.add_argument("--count", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None, help="default bench-out/memory.json (memory-quick.json with --quick)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default bench-out/memory.json (memory-quick.json with --quick)"
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
     parser.add_argument("--only", default=None, help="comma-separated readers to run (default: all)")
-    parser.add_argument("--prepare", type=Path, default=None, metavar="DIR", help="write the workload into DIR and exit")
+    parser.add_argument(
+        "--prepare", type=Path, default=None, metavar="DIR", help="write the workload into DIR and exit"
+    )
     parser.add_argument("--run", choices=sorted(LABELS), default=None, help="run one configuration in this process")
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--method", choices=("fork", "spawn"), default=None)
@@ -321,25 +374,54 @@ def main() -> None:
             if only and reader not in only:
                 continue
             t = time.perf_counter()
-            r = {"reader": reader, "workers": workers, "method": method,
-                 **measure(reader, workers, method, workdir, timeout_s), "wall_s": time.perf_counter() - t}
+            r = {
+                "reader": reader,
+                "workers": workers,
+                "method": method,
+                **measure(reader, workers, method, workdir, timeout_s),
+                "wall_s": time.perf_counter() - t,
+            }
             if "error" not in r:
                 assert r["samples"] == count, f"{reader} K={workers} {method}: read {r['samples']} of {count} samples"
             rows.append(r)
-            figures = r.get("error") or (f"steady {r['steady_pss'] / MIB:7,.0f} MiB  peak {r['peak_pss'] / MIB:7,.0f} MiB  "
-                                         f"USS {r['steady_uss'] / MIB:7,.0f} MiB  {r['processes']} processes  "
-                                         f"epoch {r['epoch_s']:.1f} s")
+            figures = r.get("error") or (
+                f"steady {r['steady_pss'] / MIB:7,.0f} MiB  peak {r['peak_pss'] / MIB:7,.0f} MiB  "
+                f"USS {r['steady_uss'] / MIB:7,.0f} MiB  {r['processes']} processes  "
+                f"epoch {r['epoch_s']:.1f} s"
+            )
             print(f"{LABELS[reader]:40} K={workers} {method or '-':5} {figures}", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     wall = time.perf_counter() - wall
-    print(f"\nmachine: {machine_facts()}; {count:,} x {PAYLOAD // 1024} KiB records, one shuffled epoch per fresh "
-          f"process, scripts/pss every {INTERVAL} s; wall {wall:.0f} s")
+    print(
+        f"\nmachine: {machine_facts()}; {count:,} x {PAYLOAD // 1024} KiB records, one shuffled epoch per fresh "
+        f"process, scripts/pss every {INTERVAL} s; wall {wall:.0f} s"
+    )
     print(render(rows))
-    measurements = [Measurement(f"{r['reader']} K={r['workers']} {r['method'] or '-'}", LABELS[r["reader"]], "MiB steady PSS",
-                                [r["steady_pss"] / MIB], higher_is_better=False) for r in rows if "error" not in r]
-    save_json(out, measurements, {"count": count, "payload_bytes": PAYLOAD, "batch": BATCH, "prefetch_size": PREFETCH,
-                                  "interval_s": INTERVAL, "wall_s": wall, "rows": rows})
+    measurements = [
+        Measurement(
+            f"{r['reader']} K={r['workers']} {r['method'] or '-'}",
+            LABELS[r["reader"]],
+            "MiB steady PSS",
+            [r["steady_pss"] / MIB],
+            higher_is_better=False,
+        )
+        for r in rows
+        if "error" not in r
+    ]
+    save_json(
+        out,
+        measurements,
+        {
+            "count": count,
+            "payload_bytes": PAYLOAD,
+            "batch": BATCH,
+            "prefetch_size": PREFETCH,
+            "interval_s": INTERVAL,
+            "wall_s": wall,
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

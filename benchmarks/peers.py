@@ -47,8 +47,17 @@ class Digest:
 
 
 def new_result() -> dict:
-    return {"rates": [], "mib": [], "p95_batch_ms": [], "first_sample_s": None, "digest": None,
-            "multiset": None, "count": 0, "note": "", "error": None}
+    return {
+        "rates": [],
+        "mib": [],
+        "p95_batch_ms": [],
+        "first_sample_s": None,
+        "digest": None,
+        "multiset": None,
+        "count": 0,
+        "note": "",
+        "error": None,
+    }
 
 
 def load_flat(flat: str) -> tuple[Path, np.ndarray]:
@@ -97,7 +106,7 @@ class PlanSampler:
     def next(self) -> np.ndarray:
         s = (self.step * self.batch) % len(self.order)
         self.step += 1
-        return self.order[s:s + self.batch]
+        return self.order[s : s + self.batch]
 
 
 # ---------------------------------------------------------------------------- physical limits
@@ -121,7 +130,7 @@ def run_memmap_copy(spec: dict) -> dict:
             result["first_sample_s"] = time.perf_counter() - start
             d = Digest()
             for i in range(n):
-                d.add(out[offsets[i]:offsets[i + 1]])
+                d.add(out[offsets[i] : offsets[i + 1]])
             result.update(d.result())
         record_rep(result, rep, spec["repeats"], n, out.nbytes, dt, t0, [])
         del out
@@ -173,8 +182,13 @@ def run_memmap_gather(spec: dict) -> dict:
     n = len(offsets) - 1
     mm = np.memmap(payloads, dtype=np.dtype(spec["dtype"]), mode="r").reshape(n, *spec["row_shape"])
     order = plan(spec, n)
-    batch_passes(result, spec["repeats"], time.perf_counter(), lambda _rep: (mm[order[s:s + BATCH]] for s in range(0, n, BATCH)),
-                 count_rows)
+    batch_passes(
+        result,
+        spec["repeats"],
+        time.perf_counter(),
+        lambda _rep: (mm[order[s : s + BATCH]] for s in range(0, n, BATCH)),
+        count_rows,
+    )
     return result
 
 
@@ -195,7 +209,7 @@ class MemmapDataset:
     def __getitem__(self, i: int):
         if self.mm is None:
             self.mm = np.memmap(self.payloads, dtype=np.uint8, mode="r")
-        return np.array(self.mm[self.offsets[i]:self.offsets[i + 1]])  # copy out of the page cache
+        return np.array(self.mm[self.offsets[i] : self.offsets[i + 1]])  # copy out of the page cache
 
 
 def collate_list(batch):
@@ -212,9 +226,21 @@ def run_torch(spec: dict) -> dict:
     start = time.perf_counter()
     ds = MemmapDataset(spec["flat"], fixed)
     n = len(ds)
-    loader = DataLoader(ds, batch_size=BATCH, sampler=plan(spec, n).tolist(), num_workers=spec["workers"],
-                        collate_fn=None if fixed else collate_list, persistent_workers=spec["workers"] > 0)
-    batch_passes(result, spec["repeats"], start, lambda _rep: loader, lambda batch, d: count_rows(batch.numpy() if fixed else batch, d))
+    loader = DataLoader(
+        ds,
+        batch_size=BATCH,
+        sampler=plan(spec, n).tolist(),
+        num_workers=spec["workers"],
+        collate_fn=None if fixed else collate_list,
+        persistent_workers=spec["workers"] > 0,
+    )
+    batch_passes(
+        result,
+        spec["repeats"],
+        start,
+        lambda _rep: loader,  # noqa: F821 (called before the del below)
+        lambda batch, d: count_rows(batch.numpy() if fixed else batch, d),
+    )
     del loader
     return result
 
@@ -231,12 +257,12 @@ def build_loaderx(store: Path, payloads: list, fixed_size: int | None, dtype: st
     if fixed_size is not None:
         with Dense.create(store, dt, (fixed_size // dt.itemsize,), codec=codec) as ds:
             for s in range(0, len(payloads), chunk):
-                part = payloads[s:s + chunk]
+                part = payloads[s : s + chunk]
                 ds.append(np.frombuffer(b"".join(part), dtype=dt).reshape(len(part), -1))
     else:
         with Ragged.create(store, dt, 1, codec=codec) as rs:
             for s in range(0, len(payloads), chunk):
-                rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s:s + chunk]]))
+                rs.append(RaggedBatch.from_records([np.frombuffer(p, dtype=dt) for p in payloads[s : s + chunk]]))
 
 
 def count_rows(rows, d) -> tuple[int, int]:
@@ -256,7 +282,7 @@ def _count_loaderx(value, fixed: bool, d) -> tuple[int, int]:
     values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
     if d is not None:
         for j in range(len(cu) - 1):
-            d.add(values[cu[j]:cu[j + 1]])
+            d.add(values[cu[j] : cu[j + 1]])
     return len(cu) - 1, values.nbytes
 
 

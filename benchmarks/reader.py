@@ -24,7 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Measurement, PayloadSource, datasetrt_pass, machine_facts, ratio_table, record_rep, save_json
+from benchmarks.common import (
+    Measurement,
+    PayloadSource,
+    datasetrt_pass,
+    machine_facts,
+    ratio_table,
+    record_rep,
+    save_json,
+)
 
 BATCH = 256
 PREFETCH = 1024
@@ -40,7 +48,9 @@ def run_child(spec: dict) -> dict:
     """Measure one contender in this (fresh) process; returns figures and an output digest."""
     from benchmarks.pss import PeakPss
 
-    contender, paths, workers, shuffle, repeats = (spec[k] for k in ("contender", "paths", "workers", "shuffle", "repeats"))
+    contender, paths, workers, shuffle, repeats = (
+        spec[k] for k in ("contender", "paths", "workers", "shuffle", "repeats")
+    )
     result: dict = {"rates": [], "mib": [], "p95_batch_ms": [], "first_sample_s": None}
     with PeakPss() as pss:
         if contender == "page-cache pread (limit)":
@@ -101,8 +111,13 @@ def write_workload(base: Path, name: str, count: int, payload_bytes: int, algo: 
 
 
 def contender_child(spec: dict) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.reader", "--child", json.dumps(spec)],
-                         capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.reader", "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{spec['contender']} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -122,7 +137,10 @@ def main() -> None:
         return
     repeats = (args.repeats or (2 if args.quick else 4)) + 1
     # 16,384 x 4 KiB is dataset-rt's own benchmark shape (reference section 5); 100,000 shows scaling.
-    sizes = [(4096, 20_000 if args.quick else 16_384, args.algos), (150 * 1024, 600 if args.quick else 4_000, args.algos)]
+    sizes = [
+        (4096, 20_000 if args.quick else 16_384, args.algos),
+        (150 * 1024, 600 if args.quick else 4_000, args.algos),
+    ]
     if not args.quick:
         sizes.insert(1, (4096, 100_000, "none"))
     workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-reader-"))
@@ -141,18 +159,35 @@ def main() -> None:
                         contenders += ["datasetrt (fork)", "page-cache pread (limit)"]
                     digests = {}
                     for contender in contenders:
-                        spec = {"contender": contender, "paths": [str(cache)], "workers": args.workers,
-                                "shuffle": shuffle, "repeats": repeats, "count": count}
+                        spec = {
+                            "contender": contender,
+                            "paths": [str(cache)],
+                            "workers": args.workers,
+                            "shuffle": shuffle,
+                            "repeats": repeats,
+                            "count": count,
+                        }
                         r = contender_child(spec)
                         if r["digest"] is not None:
                             digests[contender] = r["digest"]
                         measurements.append(Measurement(workload, contender, "samples/s", r["rates"]))
-                        extra["rows"].append({"workload": workload, "contender": contender, **{k: v for k, v in r.items() if k != "digest"}})
-                        print(f"{workload:32} {contender:26} {statistics.median(r['rates']):>12,.0f} samples/s "
-                              f"{statistics.median(r['mib']):>8,.0f} MiB/s  p95 batch "
-                              f"{statistics.median(r['p95_batch_ms']) if r['p95_batch_ms'] else 0:7.2f} ms  first "
-                              f"{(r['first_sample_s'] or 0) * 1e3:8.1f} ms  peak PSS {r['peak_pss_mib']:7.0f} MiB", flush=True)
-                    assert len(set(digests.values())) == 1, f"{workload}: contenders returned different samples: {digests}"
+                        extra["rows"].append(
+                            {
+                                "workload": workload,
+                                "contender": contender,
+                                **{k: v for k, v in r.items() if k != "digest"},
+                            }
+                        )
+                        print(
+                            f"{workload:32} {contender:26} {statistics.median(r['rates']):>12,.0f} samples/s "
+                            f"{statistics.median(r['mib']):>8,.0f} MiB/s  p95 batch "
+                            f"{statistics.median(r['p95_batch_ms']) if r['p95_batch_ms'] else 0:7.2f} ms  first "
+                            f"{(r['first_sample_s'] or 0) * 1e3:8.1f} ms  peak PSS {r['peak_pss_mib']:7.0f} MiB",
+                            flush=True,
+                        )
+                    assert len(set(digests.values())) == 1, (
+                        f"{workload}: contenders returned different samples: {digests}"
+                    )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nmachine: {machine_facts()}; workers={args.workers}, prefetch_size={PREFETCH}")

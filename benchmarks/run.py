@@ -70,9 +70,27 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import (Measurement, datasetrt_pass, exit_on_different_bytes, machine_facts, make_many_caches, open_caches, record_rep,
-                               save_json, write_cache)
-from benchmarks.peers import BATCH, RUNNERS, Digest, build_loaderx, load_flat, loaderx_digest, new_result, run_memmap_gather
+from benchmarks.common import (
+    Measurement,
+    datasetrt_pass,
+    exit_on_different_bytes,
+    machine_facts,
+    make_many_caches,
+    open_caches,
+    record_rep,
+    save_json,
+    write_cache,
+)
+from benchmarks.peers import (
+    BATCH,
+    RUNNERS,
+    Digest,
+    build_loaderx,
+    load_flat,
+    loaderx_digest,
+    new_result,
+    run_memmap_gather,
+)
 from benchmarks.reader import PREFETCH, SEED
 from benchmarks.stream_peers import INSTALL_HINT, LITDATA, STREAMING, installed, run_build, run_stream_peer
 from benchmarks.targets import DEFAULT_BASELINE, baseline_of, load_baseline, read_targets, render, torch_targets
@@ -95,14 +113,26 @@ ROW = {"dtype": "<i4", "shape": [512]}  # the int32[512] workload's records, rea
 MANY_SMALL = {"smoke": 50, "quick": 100, "full": 2000}
 MANY_SMALL_RECORDS, MANY_SMALL_BYTES = 20, 64
 MODES = {
-    "smoke": [("4 KiB", "fixed", 4096, 1024, "none"), ("1-64 KiB", "var", (1024, 65536), 512, "none"), ("tokens", "tokens", (128, 2048), 1024, "lz4,zstd"),
-              (TOKENS512, "tok512", 2048, 1024, "none")],
-    "quick": [("4 KiB", "fixed", 4096, 4096, "none,lz4"), ("150 KiB", "fixed", 150 * 1024, 512, "none"),
-              ("1-64 KiB", "var", (1024, 65536), 1024, "none"), ("tokens", "tokens", (128, 2048), 4096, "lz4,zstd"),
-              (TOKENS512, "tok512", 2048, 8192, "none,zstd")],
-    "full": [("4 KiB", "fixed", 4096, 16384, "none,lz4"), ("150 KiB", "fixed", 150 * 1024, 2048, "none"),
-             ("1-64 KiB", "var", (1024, 65536), 4096, "none,lz4"), ("tokens", "tokens", (128, 2048), 16384, "lz4,zstd"),
-             (TOKENS512, "tok512", 2048, 32768, "none,zstd")],
+    "smoke": [
+        ("4 KiB", "fixed", 4096, 1024, "none"),
+        ("1-64 KiB", "var", (1024, 65536), 512, "none"),
+        ("tokens", "tokens", (128, 2048), 1024, "lz4,zstd"),
+        (TOKENS512, "tok512", 2048, 1024, "none"),
+    ],
+    "quick": [
+        ("4 KiB", "fixed", 4096, 4096, "none,lz4"),
+        ("150 KiB", "fixed", 150 * 1024, 512, "none"),
+        ("1-64 KiB", "var", (1024, 65536), 1024, "none"),
+        ("tokens", "tokens", (128, 2048), 4096, "lz4,zstd"),
+        (TOKENS512, "tok512", 2048, 8192, "none,zstd"),
+    ],
+    "full": [
+        ("4 KiB", "fixed", 4096, 16384, "none,lz4"),
+        ("150 KiB", "fixed", 150 * 1024, 2048, "none"),
+        ("1-64 KiB", "var", (1024, 65536), 4096, "none,lz4"),
+        ("tokens", "tokens", (128, 2048), 16384, "lz4,zstd"),
+        (TOKENS512, "tok512", 2048, 32768, "none,zstd"),
+    ],
 }
 STREAM_PEER_MODES = {"quick", "full"}  # Streaming / LitData: seconds of imports per child, so not in --smoke
 # Timed repeats; one extra untimed digest pass when > 1. --quick's epochs are 2-32 batches, so
@@ -145,7 +175,9 @@ class Source:
             yield self.make_input(p, {"label": f"class{i % 10}", "n": i, "score": i * 0.5 + 0.25})
 
 
-def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[str], workers: int, stream_peers: bool) -> dict:
+def prepare(
+    workdir: Path, name: str, kind: str, size, count: int, algos: list[str], workers: int, stream_peers: bool
+) -> dict:
     """Generate one workload and write it everywhere it is read from: the flat file (the torch
     memmap contender and the limits), a datasetrt cache per codec (typed for int32[512] when
     datasetrt has PayloadSpec), datasetrt's shuffled order per codec, a loaderx store per store
@@ -167,21 +199,36 @@ def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[s
         expected.add(p)
     dtype = "<i4" if kind in ("tokens", "tok512") else "u1"
     typed = ROW if kind == "tok512" else None
-    out = {"flat": str(flat), "caches": {}, "loaderx": {}, "loaderx_errors": {}, "orders": {}, "bytes": int(offsets[-1]), "count": count,
-           "written": expected.result(), "fixed_size": size if kind in ("fixed", "tok512") else None, "dtype": dtype,
-           "typed": typed, "stores": {}}
+    out = {
+        "flat": str(flat),
+        "caches": {},
+        "loaderx": {},
+        "loaderx_errors": {},
+        "orders": {},
+        "bytes": int(offsets[-1]),
+        "count": count,
+        "written": expected.result(),
+        "fixed_size": size if kind in ("fixed", "tok512") else None,
+        "dtype": dtype,
+        "typed": typed,
+        "stores": {},
+    }
     rt = datasetrt.DatasetRuntime(num_workers=workers)
     try:
         for algo in algos:
-            path = write_cache(datasetrt, rt, workdir / f"cache-{algo}", Source("suite", payloads, datasetrt.CacheInput), algo, typed)
+            path = write_cache(
+                datasetrt, rt, workdir / f"cache-{algo}", Source("suite", payloads, datasetrt.CacheInput), algo, typed
+            )
             out["caches"][algo] = str(path)
             # datasetrt's shuffled sample order (dataset-rt's plan, which draws with replacement), so
             # the peers can replay it and be compared byte for byte.
-            ds = datasetrt.CachedDataset([path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=True), runtime=None)
+            ds = datasetrt.CachedDataset(
+                [path], reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=True), runtime=None
+            )
             order = np.fromiter((s.sample_id for s in ds), dtype=np.int64)
             np.save(workdir / f"order-{algo}.npy", order)
             out["orders"][algo] = str(workdir / f"order-{algo}.npy")
-            out["distinct_shuffled"] = int(len(np.unique(order)))
+            out["distinct_shuffled"] = len(np.unique(order))
     finally:
         rt.close()
     for codec in sorted({"raw" if a == "none" else "zstd" for a in algos}):
@@ -196,8 +243,17 @@ def prepare(workdir: Path, name: str, kind: str, size, count: int, algos: list[s
                 out["stores"][(peer, codec)] = {"error": f"not installed ({INSTALL_HINT})"}
                 continue
             store = workdir / f"{peer.split()[-1].lower()}-{codec}"
-            out["stores"][(peer, codec)] = contender_child({"task": "build", "contender": peer, "flat": str(flat), "typed": typed,
-                                                            "codec": codec, "out": str(store)}, timeout=900)
+            out["stores"][(peer, codec)] = contender_child(
+                {
+                    "task": "build",
+                    "contender": peer,
+                    "flat": str(flat),
+                    "typed": typed,
+                    "codec": codec,
+                    "out": str(store),
+                },
+                timeout=900,
+            )
     return out
 
 
@@ -236,7 +292,9 @@ def cpu_delta(before: tuple[float, dict[int, float]], after: tuple[float, dict[i
     return after[0] - before[0], sum(t - before[1].get(pid, 0.0) for pid, t in after[1].items())
 
 
-def array_pass(ds, how: str, batch: int, typed: dict, on_rows=None) -> tuple[int, int, float, list[float], float | None]:
+def array_pass(
+    ds, how: str, batch: int, typed: dict, on_rows=None
+) -> tuple[int, int, float, list[float], float | None]:
     """One window of a datasetrt dataset read as [batch, *shape] arrays of `typed["dtype"]`:
     "samples" - per-sample iteration, `np.stack` of `np.frombuffer(sample.data)` per 256 (today's
     user path); "batches" - `iter_batches(batch)` and one `np.frombuffer(b.data).reshape`;
@@ -297,10 +355,10 @@ def run_rt(spec: dict) -> dict:
         d = Digest() if rep == 0 else None
         cpu0 = cpu_now(runtime)
         if typed:
-            on_rows = (lambda arr: [d.add(row) for row in arr]) if d is not None else None
+            on_rows = (lambda arr: [d.add(row) for row in arr]) if d is not None else None  # noqa: B023 (called within this iteration)
             n, nbytes, t0, stamps, first_at = array_pass(ds, how, BATCH, typed, on_rows)
         else:
-            on_sample = (lambda data, _cid, _sid: d.add(data)) if d is not None else None
+            on_sample = (lambda data, _cid, _sid: d.add(data)) if d is not None else None  # noqa: B023 (called within this iteration)
             n, nbytes, t0, stamps, first_at = datasetrt_pass(ds, how == "batches", BATCH, on_sample)
         dt = time.perf_counter() - t0
         parent_s, workers_s = cpu_delta(cpu0, cpu_now(runtime))
@@ -336,9 +394,11 @@ def run_write(spec: dict) -> dict:
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
     if contender == "loaderx":
+
         def write(dest: Path) -> Path:
             build_loaderx(dest, payloads, spec["fixed_size"], spec["dtype"], spec["codec"])
             return dest
+
         runtime = None
     else:
         lib = rt_lib(contender)
@@ -350,6 +410,7 @@ def run_write(spec: dict) -> dict:
             if spec.get("sources"):
                 return write_many(lib, runtime, dest, payloads)
             return write_cache(lib, runtime, dest, source, spec["algo"])
+
     for rep in range(repeats):
         gc.collect()
         t0 = time.perf_counter()
@@ -372,10 +433,12 @@ def many_small_payloads(sources: int) -> list[bytes]:
 def write_many(lib, runtime, dest: Path, payloads: list[bytes]) -> Path:
     """One `write_cache` of len(payloads) / 20 sources named s00000, s00001, ... (no compression)."""
     k = MANY_SMALL_RECORDS
-    sources = [Source(f"s{i // k:05d}", payloads[i:i + k], lib.CacheInput) for i in range(0, len(payloads), k)]
+    sources = [Source(f"s{i // k:05d}", payloads[i : i + k], lib.CacheInput) for i in range(0, len(payloads), k)]
     cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo="none"))
     results = runtime.write_cache(sources, dest, writer_config=cfg)
-    assert all(isinstance(r, lib.CacheWriteSuccess) for r in results), [r for r in results if not isinstance(r, lib.CacheWriteSuccess)][:3]
+    assert all(isinstance(r, lib.CacheWriteSuccess) for r in results), [
+        r for r in results if not isinstance(r, lib.CacheWriteSuccess)
+    ][:3]
     return dest
 
 
@@ -388,7 +451,7 @@ def run_open(spec: dict) -> dict:
     result = {**new_result(), "seconds": [], "first_s": None}
     contender, repeats = spec["contender"], spec["repeats"]
     lib = rt_lib(contender)
-    paths = sorted(Path(spec["many"]).iterdir())[:spec["n"]]
+    paths = sorted(Path(spec["many"]).iterdir())[: spec["n"]]
     runtime = None if contender == OURS else lib.DatasetRuntime(num_workers=1)
     lib.ReaderConfig(seed=1), lib.CachedDataset  # resolve the API (datasetrt imports it lazily) before timing
     for rep in range(repeats):
@@ -422,8 +485,14 @@ def run_child(spec: dict) -> dict:
 
 def contender_child(spec: dict, timeout: float) -> dict:
     try:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--child", json.dumps(spec)],
-                             capture_output=True, text=True, check=False, cwd=ROOT, timeout=timeout)
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.run", "--child", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {**new_result(), "error": f"timed out after {timeout:.0f} s", "peak_pss_mib": None}
     if out.returncode != 0:
@@ -453,7 +522,9 @@ def read_contenders(kind: str, algo: str, stream_peers: bool) -> list[str]:
     return ours + peers + ([STREAMING, LITDATA] if stream_peers else [])
 
 
-def check_read(results: dict[str, dict], shuffle: bool, written_multiset: str, workload: str, failures: list[str]) -> dict:
+def check_read(
+    results: dict[str, dict], shuffle: bool, written_multiset: str, workload: str, failures: list[str]
+) -> dict:
     """Sets each result's "check" against datasetrt's bytes: the same ordered digest, else (for a
     contender that does not replay datasetrt's plan) the same multiset; Streaming and LitData on
     shuffled rows (their own permutation) against the multiset of the written records. Returns the
@@ -475,8 +546,10 @@ def check_read(results: dict[str, dict], shuffle: bool, written_multiset: str, w
             matched["multiset"].append(contender)
         else:
             r["check"] = "DIFFERENT BYTES"
-            failures.append(f"{workload}: {contender} ordered {r['digest']} multiset {r['multiset']} "
-                            f"vs datasetrt {ref['digest']} {ref['multiset']}")
+            failures.append(
+                f"{workload}: {contender} ordered {r['digest']} multiset {r['multiset']} "
+                f"vs datasetrt {ref['digest']} {ref['multiset']}"
+            )
         if r.get("note"):
             r["check"] += f"; {r['note']}"
     return matched
@@ -496,25 +569,47 @@ def written_digest(contender: str, path: str, fixed: bool) -> dict:
     caches = [path]
     if not (Path(path) / "manifest.json").exists():  # many small caches under one base, in name order
         caches = sorted(str(p) for p in Path(path).iterdir() if (p / "manifest.json").exists())
-    for sample in datasetrt.CachedDataset(caches, reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None):
+    for sample in datasetrt.CachedDataset(
+        caches, reader_config=datasetrt.ReaderConfig(seed=SEED, shuffle=False), runtime=None
+    ):
         d.add(sample.data)
     return d.result()
 
 
-def bench_writes(wl: dict, name: str, count: int | str, algos: list[str], outdir: Path, workers: int, repeats: int,
-                 failures: list[str]) -> list[dict]:
+def bench_writes(
+    wl: dict,
+    name: str,
+    count: int | str,
+    algos: list[str],
+    outdir: Path,
+    workers: int,
+    repeats: int,
+    failures: list[str],
+) -> list[dict]:
     """Write MiB/s of each contender for each codec of one workload; the written bytes read back
     and compared with the generated payloads (write order). `wl["sources"]`: many small caches."""
     rows = []
     for algo in algos:
         workload = f"{name} x {count} {algo}"
         # dataset-rt has no zstd; loaderx has raw and zstd but no lz4 (and no many-caches layout)
-        contenders = [OURS] + ([RT] if algo != "zstd" else []) + (["loaderx"] if algo != "lz4" and not wl.get("sources") else [])
+        contenders = (
+            [OURS] + ([RT] if algo != "zstd" else []) + (["loaderx"] if algo != "lz4" and not wl.get("sources") else [])
+        )
         matched = []
         for contender in contenders:
-            spec = {"task": "write", "contender": contender, "flat": wl["flat"], "sources": wl.get("sources"), "algo": algo, "workers": workers,
-                    "repeats": repeats, "out": str(outdir / f"write-{contender.split()[0]}-{algo}"),
-                    "fixed_size": wl["fixed_size"], "dtype": wl["dtype"], "codec": "raw" if algo == "none" else "zstd"}
+            spec = {
+                "task": "write",
+                "contender": contender,
+                "flat": wl["flat"],
+                "sources": wl.get("sources"),
+                "algo": algo,
+                "workers": workers,
+                "repeats": repeats,
+                "out": str(outdir / f"write-{contender.split()[0]}-{algo}"),
+                "fixed_size": wl["fixed_size"],
+                "dtype": wl["dtype"],
+                "codec": "raw" if algo == "none" else "zstd",
+            }
             r = contender_child(spec, timeout=600)
             if not r.get("error"):
                 try:
@@ -526,19 +621,31 @@ def bench_writes(wl: dict, name: str, count: int | str, algos: list[str], outdir
                     matched.append(contender)
                 else:
                     r["check"] = "DIFFERENT BYTES"
-                    failures.append(f"write {workload}: {contender} wrote {got['digest']} vs generated {wl['written']['digest']}")
+                    failures.append(
+                        f"write {workload}: {contender} wrote {got['digest']} vs generated {wl['written']['digest']}"
+                    )
                 if contender == "loaderx":
                     r["check"] += "; payloads only (no metadata, no checksums)"
                 shutil.rmtree(spec["out"], ignore_errors=True)
             else:
                 r["check"] = "not compared"
-            rows.append({"workload": workload, "base": name, "algo": algo, "contender": contender,
-                         **{k: v for k, v in r.items() if k not in ("traceback", "path")}})
+            rows.append(
+                {
+                    "workload": workload,
+                    "base": name,
+                    "algo": algo,
+                    "contender": contender,
+                    **{k: v for k, v in r.items() if k not in ("traceback", "path")},
+                }
+            )
             if r.get("error"):
                 print(f"write {workload:28} {contender:27} ERROR {r['error']}", flush=True)
             else:
-                print(f"write {workload:28} {contender:27} {_med(r['mib']):>8,.0f} MiB/s {_med(r['rates']):>11,.0f} samples/s"
-                      f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
+                print(
+                    f"write {workload:28} {contender:27} {_med(r['mib']):>8,.0f} MiB/s {_med(r['rates']):>11,.0f} samples/s"
+                    f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}",
+                    flush=True,
+                )
         print(f"same bytes written: {workload}: {', '.join(matched)}", flush=True)
     return rows
 
@@ -550,8 +657,10 @@ def bench_open(workdir: Path, counts: tuple[int, ...], repeats: int, failures: l
     rows = []
     for n in counts:
         for contender in (OURS, RT):
-            r = contender_child({"task": "open", "contender": contender, "many": str(paths[0].parent), "n": n,
-                                 "repeats": repeats}, timeout=600)
+            r = contender_child(
+                {"task": "open", "contender": contender, "many": str(paths[0].parent), "n": n, "repeats": repeats},
+                timeout=600,
+            )
             expected = 8 * n
             if r.get("error"):
                 r["check"] = "not compared"
@@ -560,13 +669,22 @@ def bench_open(workdir: Path, counts: tuple[int, ...], repeats: int, failures: l
             else:
                 r["check"] = f"DIFFERENT LENGTH ({r['count']:,}, expected {expected:,})"
                 failures.append(f"open {n} caches: {contender} len {r['count']} vs {expected}")
-            rows.append({"workload": f"{n:,} caches", "caches": n, "contender": contender,
-                         **{k: v for k, v in r.items() if k != "traceback"}})
+            rows.append(
+                {
+                    "workload": f"{n:,} caches",
+                    "caches": n,
+                    "contender": contender,
+                    **{k: v for k, v in r.items() if k != "traceback"},
+                }
+            )
             if r.get("error"):
                 print(f"open {n:>6,} caches {contender:27} ERROR {r['error']}", flush=True)
             else:
-                print(f"open {n:>6,} caches {contender:27} {_med(r['seconds']) * 1e3:>9.2f} ms  first {r['first_s'] * 1e3:9.2f} ms"
-                      f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
+                print(
+                    f"open {n:>6,} caches {contender:27} {_med(r['seconds']) * 1e3:>9.2f} ms  first {r['first_s'] * 1e3:9.2f} ms"
+                    f"  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}",
+                    flush=True,
+                )
     return rows
 
 
@@ -578,9 +696,11 @@ def _med(xs):
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| workload | contender | samples/s (median) | min - max | MiB/s | p95 batch of 256 | first sample | peak tree PSS "
-             "| CPU s/GiB parent + workers | vs datasetrt | bytes |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| workload | contender | samples/s (median) | min - max | MiB/s | p95 batch of 256 | first sample | peak tree PSS "
+        "| CPU s/GiB parent + workers | vs datasetrt | bytes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     base = {r["workload"]: _med(r["rates"]) for r in rows if r["contender"] == OURS}
     for r in rows:
         if r.get("error"):
@@ -597,21 +717,26 @@ def table(rows: list[dict]) -> str:
             f"| {r['workload']} | {r['contender']} | {rate:,.0f} | {min(r['rates']):,.0f} - {max(r['rates']):,.0f} | "
             f"{_med(r['mib']):,.0f} | {f'{p95:.1f} ms' if p95 is not None else '-'} | "
             f"{f'{first * 1e3:.0f} ms' if first is not None else '-'} | {f'{pss:.0f} MiB' if pss else '-'} | {cpu_txt} | "
-            f"{f'{rate / b:.2f}x' if b else 'n/a'} | {r['check']} |")
+            f"{f'{rate / b:.2f}x' if b else 'n/a'} | {r['check']} |"
+        )
     return "\n".join(lines)
 
 
 def write_table(rows: list[dict]) -> str:
-    lines = ["| workload | contender | write MiB/s (median) | min - max | samples/s | peak tree PSS | vs datasetrt | bytes read back |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| workload | contender | write MiB/s (median) | min - max | samples/s | peak tree PSS | vs datasetrt | bytes read back |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
     base = {r["workload"]: _med(r["mib"]) for r in rows if r["contender"] == OURS}
     for r in rows:
         if r.get("error"):
             lines.append(f"| {r['workload']} | {r['contender']} | - | - | - | - | - | {r['error']} |")
             continue
         mib, b, pss = _med(r["mib"]), base.get(r["workload"]), r.get("peak_pss_mib")
-        lines.append(f"| {r['workload']} | {r['contender']} | {mib:,.0f} | {min(r['mib']):,.0f} - {max(r['mib']):,.0f} | "
-                     f"{_med(r['rates']):,.0f} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{mib / b:.2f}x' if b else 'n/a'} | {r['check']} |")
+        lines.append(
+            f"| {r['workload']} | {r['contender']} | {mib:,.0f} | {min(r['mib']):,.0f} - {max(r['mib']):,.0f} | "
+            f"{_med(r['rates']):,.0f} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{mib / b:.2f}x' if b else 'n/a'} | {r['check']} |"
+        )
     return "\n".join(lines)
 
 
@@ -620,16 +745,20 @@ def _ms(seconds: float) -> str:
 
 
 def open_table(rows: list[dict]) -> str:
-    lines = ["| caches | contender | open time (median) | min - max | first open (cold process) | peak tree PSS | time vs datasetrt | samples |",
-             "|---:|---|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| caches | contender | open time (median) | min - max | first open (cold process) | peak tree PSS | time vs datasetrt | samples |",
+        "|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
     base = {r["workload"]: _med(r["seconds"]) for r in rows if r["contender"] == OURS and not r.get("error")}
     for r in rows:
         if r.get("error"):
             lines.append(f"| {r['caches']:,} | {r['contender']} | - | - | - | - | - | {r['error']} |")
             continue
         sec, b, pss = _med(r["seconds"]), base.get(r["workload"]), r.get("peak_pss_mib")
-        lines.append(f"| {r['caches']:,} | {r['contender']} | {_ms(sec)} | {_ms(min(r['seconds']))} - {_ms(max(r['seconds']))} | "
-                     f"{_ms(r['first_s'])} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{sec / b:.2f}x' if b else 'n/a'} | {r['check']} |")
+        lines.append(
+            f"| {r['caches']:,} | {r['contender']} | {_ms(sec)} | {_ms(min(r['seconds']))} - {_ms(max(r['seconds']))} | "
+            f"{_ms(r['first_s'])} | {f'{pss:.0f} MiB' if pss else '-'} | {f'{sec / b:.2f}x' if b else 'n/a'} | {r['check']} |"
+        )
     return "\n".join(lines)
 
 
@@ -673,15 +802,30 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats (plus one untimed digest pass)")
     parser.add_argument("--out", type=Path, default=Path("bench-out/suite.json"))
     parser.add_argument("--plot", type=Path, default=None, help="PNG of MiB/s by record size (needs matplotlib)")
-    parser.add_argument("--stream-peers", action=argparse.BooleanOptionalAction, default=None,
-                        help="MosaicML Streaming and LitData contenders (default: with --quick and --full)")
-    parser.add_argument("--torch", action=argparse.BooleanOptionalAction, default=True,
-                        help="torch end to end on the int32[512] workload (benchmarks.torch_batches)")
-    parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE, help="figures the 'vs baseline' targets compare with")
-    parser.add_argument("--save-baseline", type=Path, default=None, help="record this run's datasetrt CPU / PSS figures as a baseline")
-    parser.add_argument("--workloads", default=None,
-                        help="comma-separated names of the mode's workloads to run (default: all of them; "
-                             "the many-small write and the open section always run)")
+    parser.add_argument(
+        "--stream-peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="MosaicML Streaming and LitData contenders (default: with --quick and --full)",
+    )
+    parser.add_argument(
+        "--torch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="torch end to end on the int32[512] workload (benchmarks.torch_batches)",
+    )
+    parser.add_argument(
+        "--baseline", type=Path, default=DEFAULT_BASELINE, help="figures the 'vs baseline' targets compare with"
+    )
+    parser.add_argument(
+        "--save-baseline", type=Path, default=None, help="record this run's datasetrt CPU / PSS figures as a baseline"
+    )
+    parser.add_argument(
+        "--workloads",
+        default=None,
+        help="comma-separated names of the mode's workloads to run (default: all of them; "
+        "the many-small write and the open section always run)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -710,27 +854,44 @@ def main() -> None:
     try:
         for name, kind, size, count, algos in workloads:
             algo_list = algos.split(",")
-            wl = prepare(workdir / name.replace(" ", ""), name, kind, size, count, algo_list, args.workers, stream_peers)
+            wl = prepare(
+                workdir / name.replace(" ", ""), name, kind, size, count, algo_list, args.workers, stream_peers
+            )
             sizes[name] = wl["bytes"] / count
             for algo in algo_list:
                 codec = "raw" if algo == "none" else "zstd"
                 for shuffle in (False, True):
                     workload = f"{name} x {count} {algo} {'shuffled' if shuffle else 'ordered'}"
                     contenders = read_contenders(kind, algo, stream_peers)
-                    base_spec = {"cache": wl["caches"][algo], "flat": wl["flat"], "loaderx": wl["loaderx"].get(codec),
-                                 "fixed": wl["fixed_size"] is not None, "shuffle": shuffle, "typed": wl["typed"],
-                                 "dtype": wl["dtype"], "row_shape": ROW["shape"],
-                                 "order": wl["orders"][algo] if shuffle else None, "repeats": repeats,
-                                 "workers": args.workers, "seed": SEED}
+                    base_spec = {
+                        "cache": wl["caches"][algo],
+                        "flat": wl["flat"],
+                        "loaderx": wl["loaderx"].get(codec),
+                        "fixed": wl["fixed_size"] is not None,
+                        "shuffle": shuffle,
+                        "typed": wl["typed"],
+                        "dtype": wl["dtype"],
+                        "row_shape": ROW["shape"],
+                        "order": wl["orders"][algo] if shuffle else None,
+                        "repeats": repeats,
+                        "workers": args.workers,
+                        "seed": SEED,
+                    }
                     results: dict[str, dict] = {}
                     for contender in contenders:
                         store = wl["stores"].get((contender, codec), {})
                         if contender == "loaderx" and base_spec["loaderx"] is None:
-                            r = {**new_result(), "error": f"store build failed: {wl['loaderx_errors'].get(codec)}", "peak_pss_mib": None}
+                            r = {
+                                **new_result(),
+                                "error": f"store build failed: {wl['loaderx_errors'].get(codec)}",
+                                "peak_pss_mib": None,
+                            }
                         elif contender in OWN_ORDER and store.get("error"):
                             r = {**new_result(), "error": store["error"], "peak_pss_mib": None}
                         else:
-                            r = contender_child({**base_spec, "contender": contender, "store": store.get("path")}, timeout=600)
+                            r = contender_child(
+                                {**base_spec, "contender": contender, "store": store.get("path")}, timeout=600
+                            )
                         if contender == "loaderx" and algo == "lz4" and not r.get("error"):
                             r["note"] = f"{r.get('note', '')}; store codec {codec} (loaderx has no {algo})".lstrip("; ")
                         if contender in OWN_ORDER and algo == "lz4" and not r.get("error"):
@@ -738,17 +899,36 @@ def main() -> None:
                         results[contender] = r
                     matched = check_read(results, shuffle, wl["written"]["multiset"], workload, failures)
                     for contender, r in results.items():
-                        rows.append({"workload": workload, "base": name, "algo": algo, "contender": contender,
-                                     **{k: v for k, v in r.items() if k not in ("traceback",)}})
+                        rows.append(
+                            {
+                                "workload": workload,
+                                "base": name,
+                                "algo": algo,
+                                "contender": contender,
+                                **{k: v for k, v in r.items() if k not in ("traceback",)},
+                            }
+                        )
                         if r.get("error"):
-                            print(f"{workload:34} {contender:27} {'n/a' if r['error'].startswith('no shuffle') else 'ERROR'} {r['error']}", flush=True)
+                            print(
+                                f"{workload:34} {contender:27} {'n/a' if r['error'].startswith('no shuffle') else 'ERROR'} {r['error']}",
+                                flush=True,
+                            )
                         else:
-                            print(f"{workload:34} {contender:27} {_med(r['rates']):>11,.0f} samples/s {_med(r['mib']):>8,.0f} MiB/s"
-                                  f"  first {(r['first_sample_s'] or 0) * 1e3:7.1f} ms  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}", flush=True)
-                    print(f"same bytes: {workload}: ordered digest {', '.join(matched['ordered'])}"
-                          + (f"; multiset {', '.join(matched['multiset'])}" if matched["multiset"] else "")
-                          + (f"; written multiset {', '.join(matched['written multiset'])}" if matched["written multiset"] else ""),
-                          flush=True)
+                            print(
+                                f"{workload:34} {contender:27} {_med(r['rates']):>11,.0f} samples/s {_med(r['mib']):>8,.0f} MiB/s"
+                                f"  first {(r['first_sample_s'] or 0) * 1e3:7.1f} ms  PSS {r['peak_pss_mib'] or 0:5.0f} MiB  {r['check']}",
+                                flush=True,
+                            )
+                    print(
+                        f"same bytes: {workload}: ordered digest {', '.join(matched['ordered'])}"
+                        + (f"; multiset {', '.join(matched['multiset'])}" if matched["multiset"] else "")
+                        + (
+                            f"; written multiset {', '.join(matched['written multiset'])}"
+                            if matched["written multiset"]
+                            else ""
+                        ),
+                        flush=True,
+                    )
             if kind == "tok512" and args.torch:
                 from benchmarks import torch_batches
 
@@ -756,7 +936,9 @@ def main() -> None:
                 torch_rows = torch_batches.bench(wl, mode, stream_peers, failures)
                 phase_s["torch"] = time.perf_counter() - t_torch
             t_write = time.perf_counter()
-            write_rows += bench_writes(wl, name, count, algo_list, workdir / name.replace(" ", ""), args.workers, repeats, failures)
+            write_rows += bench_writes(
+                wl, name, count, algo_list, workdir / name.replace(" ", ""), args.workers, repeats, failures
+            )
             phase_s["write"] += time.perf_counter() - t_write
             shutil.rmtree(workdir / name.replace(" ", ""), ignore_errors=True)
         t_write = time.perf_counter()
@@ -764,9 +946,23 @@ def main() -> None:
         written = Digest()
         for payload in many_small_payloads(n_small):
             written.add(payload)
-        wl = {"flat": None, "sources": n_small, "written": written.result(), "fixed_size": MANY_SMALL_BYTES, "dtype": "u1"}
-        write_rows += bench_writes(wl, f"{n_small:,}", f"{MANY_SMALL_RECORDS} x {MANY_SMALL_BYTES} B", ["none"],
-                                   workdir / "many-small", args.workers, repeats, failures)
+        wl = {
+            "flat": None,
+            "sources": n_small,
+            "written": written.result(),
+            "fixed_size": MANY_SMALL_BYTES,
+            "dtype": "u1",
+        }
+        write_rows += bench_writes(
+            wl,
+            f"{n_small:,}",
+            f"{MANY_SMALL_RECORDS} x {MANY_SMALL_BYTES} B",
+            ["none"],
+            workdir / "many-small",
+            args.workers,
+            repeats,
+            failures,
+        )
         phase_s["write"] += time.perf_counter() - t_write
         t_open = time.perf_counter()
         open_rows = bench_open(workdir / "open", OPEN_COUNTS[mode], repeats, failures)
@@ -774,9 +970,11 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     wall = time.perf_counter() - started
-    print(f"\nmachine: {machine_facts()}; mode={mode}, workers={args.workers}, prefetch_size={PREFETCH}, "
-          f"batch={BATCH}, timed repeats={timed_repeats}, wall {wall:.0f} s (of which write {phase_s['write']:.0f} s, "
-          f"open {phase_s['open']:.0f} s, torch {phase_s['torch']:.0f} s)\n")
+    print(
+        f"\nmachine: {machine_facts()}; mode={mode}, workers={args.workers}, prefetch_size={PREFETCH}, "
+        f"batch={BATCH}, timed repeats={timed_repeats}, wall {wall:.0f} s (of which write {phase_s['write']:.0f} s, "
+        f"open {phase_s['open']:.0f} s, torch {phase_s['torch']:.0f} s)\n"
+    )
     print("read\n")
     print(table(rows))
     print(f"\nwrite (payload MiB/s; DatasetRuntime(num_workers={args.workers}) for datasetrt and dataset-rt)\n")
@@ -792,16 +990,44 @@ def main() -> None:
     print(f"\nissue 11 targets ({baseline_note})\n")
     print(render(read_targets(rows, baseline) + torch_targets(torch_rows)))
     if args.save_baseline:
-        args.save_baseline.write_text(json.dumps({**baseline_of(rows, mode), "recorded": time.strftime("%Y-%m-%d"),
-                                                  "machine": machine_facts()}, indent=2) + "\n")
+        args.save_baseline.write_text(
+            json.dumps(
+                {**baseline_of(rows, mode), "recorded": time.strftime("%Y-%m-%d"), "machine": machine_facts()}, indent=2
+            )
+            + "\n"
+        )
         print(f"\nbaseline written: {args.save_baseline}")
-    measurements = [Measurement(r["workload"], r["contender"], "samples/s", r["rates"]) for r in rows if not r.get("error")]
-    measurements += [Measurement(f"write {r['workload']}", r["contender"], "MiB/s", r["mib"]) for r in write_rows if not r.get("error")]
-    measurements += [Measurement(f"open {r['workload']}", r["contender"], "s", r["seconds"], higher_is_better=False)
-                     for r in open_rows if not r.get("error")]
-    save_json(args.out, measurements, {"mode": mode, "workers": args.workers, "prefetch_size": PREFETCH, "batch": BATCH,
-                                       "wall_s": wall, "phase_s": phase_s, "record_bytes_mean": sizes, "open_counts": list(OPEN_COUNTS[mode]),
-                                       "rows": rows, "write_rows": write_rows, "open_rows": open_rows, "torch_rows": torch_rows})
+    measurements = [
+        Measurement(r["workload"], r["contender"], "samples/s", r["rates"]) for r in rows if not r.get("error")
+    ]
+    measurements += [
+        Measurement(f"write {r['workload']}", r["contender"], "MiB/s", r["mib"])
+        for r in write_rows
+        if not r.get("error")
+    ]
+    measurements += [
+        Measurement(f"open {r['workload']}", r["contender"], "s", r["seconds"], higher_is_better=False)
+        for r in open_rows
+        if not r.get("error")
+    ]
+    save_json(
+        args.out,
+        measurements,
+        {
+            "mode": mode,
+            "workers": args.workers,
+            "prefetch_size": PREFETCH,
+            "batch": BATCH,
+            "wall_s": wall,
+            "phase_s": phase_s,
+            "record_bytes_mean": sizes,
+            "open_counts": list(OPEN_COUNTS[mode]),
+            "rows": rows,
+            "write_rows": write_rows,
+            "open_rows": open_rows,
+            "torch_rows": torch_rows,
+        },
+    )
     if args.plot:
         try:
             plot(rows, sizes, args.plot)

@@ -39,7 +39,16 @@ from benchmarks.common import (
     timed,
     write_cache,
 )
-from datasetrt.sampling import Curriculum, CurriculumPlan, EpochPermutation, Mixture, MixturePlan, Stage, Stream, StreamRows
+from datasetrt.sampling import (
+    Curriculum,
+    CurriculumPlan,
+    EpochPermutation,
+    Mixture,
+    MixturePlan,
+    Stage,
+    Stream,
+    StreamRows,
+)
 from datasetrt.sampling.planner import ActiveRows, Population, Window
 from datasetrt.table.catalog import CacheCatalog
 
@@ -61,8 +70,14 @@ def contenders(rows: int) -> dict[str, Callable[[int, int], np.ndarray]]:
     bounds = np.cumsum([0, *sizes.values()])
     stream_rows = StreamRows({n: np.arange(a, b) for n, a, b in zip(sizes, bounds[:-1], bounds[1:])})
     mix = Mixture({"small": 0.5, "medium": 0.3, "large": 0.2}, streams)
-    curriculum = Curriculum([Stage(Mixture({"small": 0.2, "medium": 0.3, "large": 0.5}, streams), batches=1000),
-                             Stage(mix, batches=1000), Stage(Mixture({"large": 1}, streams))], batch_size=256)
+    curriculum = Curriculum(
+        [
+            Stage(Mixture({"small": 0.2, "medium": 0.3, "large": 0.5}, streams), batches=1000),
+            Stage(mix, batches=1000),
+            Stage(Mixture({"large": 1}, streams)),
+        ],
+        batch_size=256,
+    )
     return {
         BASELINE: uniform.rows,
         "shuffled (weighted draws)": weighted.rows,
@@ -104,16 +119,19 @@ def read_orders(paths: list[Path]) -> dict[str, Callable[[drt.DatasetRuntime | N
     return {READ_BASELINE: draws, "permutation": permutation, "mixture 0.5/0.3/0.2 (3 streams)": mixture}
 
 
-def read_rates(workdir: Path, counts: tuple[int, int, int], payload_bytes: int, repeats: int
-               ) -> tuple[list[Measurement], list[Measurement]]:
+def read_rates(
+    workdir: Path, counts: tuple[int, int, int], payload_bytes: int, repeats: int
+) -> tuple[list[Measurement], list[Measurement]]:
     """Samples/s of one window per repeat for each order, read path and process layout, and the
     parent's CPU time per sample (`time.process_time`: what the orders cost the consumer's process,
     much less sensitive than wall time to other jobs on a shared machine). The orders take turns
     within each repeat (reversed every other repeat), so load drifting during a run spreads over
     all of them instead of biasing the ones measured last."""
     with drt.DatasetRuntime(num_workers=1) as writer:
-        paths = [write_cache(drt, writer, workdir, PayloadSource(f"s{k}", n, payload_bytes, drt.CacheInput), "none")
-                 for k, n in enumerate(counts)]
+        paths = [
+            write_cache(drt, writer, workdir, PayloadSource(f"s{k}", n, payload_bytes, drt.CacheInput), "none")
+            for k, n in enumerate(counts)
+        ]
     orders = read_orders(paths)
     ms: list[Measurement] = []
     cpu: list[Measurement] = []
@@ -121,15 +139,19 @@ def read_rates(workdir: Path, counts: tuple[int, int, int], payload_bytes: int, 
         rt.start_workers()
         for where, runtime in (("in-process", None), ("2 reader workers", rt)):
             for batches in (False, True):
-                workload = f"read {sum(counts):,} x {payload_bytes} B, {'batches of 256' if batches else 'samples'}, {where}"
+                workload = (
+                    f"read {sum(counts):,} x {payload_bytes} B, {'batches of 256' if batches else 'samples'}, {where}"
+                )
                 datasets = {name: make(runtime) for name, make in orders.items()}
                 rates = {name: Measurement(workload, name, "samples/s") for name in orders}
-                costs = {name: Measurement(f"parent CPU, {workload}", name, "us/sample", higher_is_better=False)
-                         for name in orders}
+                costs = {
+                    name: Measurement(f"parent CPU, {workload}", name, "us/sample", higher_is_better=False)
+                    for name in orders
+                }
                 for ds in datasets.values():
                     next(ds.iter_batches(256))  # warm up (shard descriptors, plan tables); its window is not timed
                 for r in range(repeats):
-                    for name in (list(orders) if r % 2 == 0 else list(orders)[::-1]):
+                    for name in list(orders) if r % 2 == 0 else list(orders)[::-1]:
                         gc.collect()
                         wall, cpu_s = time.perf_counter(), time.process_time()
                         n = datasetrt_pass(datasets[name], batches, 256)[0]
@@ -159,23 +181,43 @@ def main() -> None:
         workload = f"{rows:,} rows, blocks of {block}"
         for name, rows_of in plans.items():
             rows_of(10**9, block)  # warm up
-            ms.append(Measurement(workload, name, "positions/s", repeat(lambda: plan_rate(rows_of, positions, block), repeats)))
+            ms.append(
+                Measurement(
+                    workload,
+                    name,
+                    "positions/s",
+                    repeat(lambda: plan_rate(rows_of, positions, block), repeats),  # noqa: B023 (called within this iteration)
+                )
+            )
     print(f"machine: {machine_facts()}")
-    print(f"planning {positions:,} positions per repeat, {repeats} repeats; last column: baseline / contender "
-          f"(baseline: {BASELINE}; < 1 means the contender is faster)")
+    print(
+        f"planning {positions:,} positions per repeat, {repeats} repeats; last column: baseline / contender "
+        f"(baseline: {BASELINE}; < 1 means the contender is faster)"
+    )
     print(ratio_table(ms, BASELINE))
     reads: list[Measurement] = []
     if not args.no_reads:
         with tempfile.TemporaryDirectory(prefix="datasetrt-bench-sampling-") as work:
             reads, cpu = read_rates(Path(work), counts, 1024, repeats)
-        print(f"\nreads: one window per repeat, {repeats} repeats, orders taking turns; last column: draws / "
-              f"contender (target: permutation and mixture >= 0.9x of draws, i.e. <= 1.11)")
+        print(
+            f"\nreads: one window per repeat, {repeats} repeats, orders taking turns; last column: draws / "
+            f"contender (target: permutation and mixture >= 0.9x of draws, i.e. <= 1.11)"
+        )
         print(ratio_table(reads, READ_BASELINE))
         print("\nparent CPU time per sample (same windows; last column: contender / draws, > 1 costs more)")
         print(ratio_table(cpu, READ_BASELINE))
         reads += cpu
-    save_json(args.out, ms + reads, {"benchmark": "sampling", "repeats": repeats, "rows": rows, "positions": positions,
-                                     "read_counts": list(counts)})
+    save_json(
+        args.out,
+        ms + reads,
+        {
+            "benchmark": "sampling",
+            "repeats": repeats,
+            "rows": rows,
+            "positions": positions,
+            "read_counts": list(counts),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.compute
 import pyarrow.parquet as pq
 
 from benchmarks.common import Measurement, machine_facts, save_json
@@ -43,7 +43,9 @@ def chunk(start: int, rows: int) -> pa.Table:
     offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     data = rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8)
-    payload = pa.LargeBinaryArray.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    payload = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
     ids = np.arange(start, start + rows)
     return pa.table({"data": payload, "label": ids % 10, "tag": pa.array(np.char.add("t", (ids % 97).astype(str)))})
 
@@ -52,7 +54,7 @@ def generate(kind: str, path: Path, total_bytes: int) -> int:
     """Write about `total_bytes` of payload as `kind`; returns the payload bytes written."""
     written = start = 0
     writer: object | None = None
-    out = gzip.open(path, "wt", compresslevel=1) if kind == "jsonl" else None
+    out = gzip.open(path, "wt", compresslevel=1) if kind == "jsonl" else None  # noqa: SIM115 (closed in the finally below)
     try:
         while written < total_bytes:
             t = chunk(start, ROWS_PER_CHUNK)
@@ -90,8 +92,13 @@ def child(args: argparse.Namespace) -> None:
         ray.init(num_cpus=args.ray_workers, include_dashboard=False, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         start = time.perf_counter()
-        build = write_caches(ray.data.read_parquet(str(args.input)), args.out_dir, rows_per_cache=args.rows_per_cache,
-                             payload="data", writer_config=config)
+        build = write_caches(
+            ray.data.read_parquet(str(args.input)),
+            args.out_dir,
+            rows_per_cache=args.rows_per_cache,
+            payload="data",
+            writer_config=config,
+        )
         seconds = time.perf_counter() - start
         assert build.ok, build.results
         rows = build.rows
@@ -111,8 +118,20 @@ def child(args: argparse.Namespace) -> None:
 
 def run_child(input_path: Path, out: Path, ray_workers: int = 0, rows_per_cache: int = 0) -> tuple[dict, int]:
     """(child's JSON, peak tree PSS bytes of the child and its descendants)."""
-    cmd = [sys.executable, "-m", "benchmarks.sources", "--child", "--input", str(input_path), "--out-dir", str(out),
-           "--ray-workers", str(ray_workers), "--rows-per-cache", str(rows_per_cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.sources",
+        "--child",
+        "--input",
+        str(input_path),
+        "--out-dir",
+        str(out),
+        "--ray-workers",
+        str(ray_workers),
+        "--rows-per-cache",
+        str(rows_per_cache),
+    ]
     log = out.with_name(out.name + ".log")
     with open(log, "w+") as err, tempfile.TemporaryFile("w+") as result:
         proc = subprocess.Popen(cmd, stdout=result, stderr=err, text=True)
@@ -166,8 +185,10 @@ def main() -> None:
                 info, peak = run_child(path, workdir / f"out-{kind}-{scale}")
                 mib = payload / MIB
                 ms.append(Measurement(f"{kind} {mib:.0f} MiB", "peak tree PSS", "MiB", [peak / MIB], False))
-                print(f"| {kind} x{scale} | {mib:,.0f} | {info['rows']:,} | {peak / MIB:,.0f} | "
-                      f"{mib / info['seconds']:,.0f} |")
+                print(
+                    f"| {kind} x{scale} | {mib:,.0f} | {info['rows']:,} | {peak / MIB:,.0f} | "
+                    f"{mib / info['seconds']:,.0f} |"
+                )
                 shutil.rmtree(workdir / f"out-{kind}-{scale}")
                 if kind != "parquet" or args.skip_ray:
                     path.unlink()

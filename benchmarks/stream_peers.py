@@ -114,10 +114,15 @@ def build_mds(out: Path, flat: str, typed: dict | None, codec: str) -> None:
         columns = {"data": f"ndarray:{dt.name}:{','.join(map(str, typed['shape']))}"}
     else:
         columns = {"data": "bytes"}
-    with MDSWriter(out=str(out), columns=columns, compression=None if codec == "raw" else "zstd",
-                   size_limit=SHARD_BYTES, progress_bar=False) as writer:
+    with MDSWriter(
+        out=str(out),
+        columns=columns,
+        compression=None if codec == "raw" else "zstd",
+        size_limit=SHARD_BYTES,
+        progress_bar=False,
+    ) as writer:
         for i in range(len(offsets) - 1):
-            raw = mm[offsets[i]:offsets[i + 1]]
+            raw = mm[offsets[i] : offsets[i + 1]]
             value = raw.view(dt).reshape(typed["shape"]) if typed else raw.tobytes()
             writer.write({"data": value})
 
@@ -139,8 +144,16 @@ def build_litdata(out: Path, flat: str, typed: dict | None, codec: str) -> None:
     payloads, offsets = load_flat(flat)
     dtype, shape = (typed["dtype"], tuple(typed["shape"])) if typed else (None, None)
     items = [(str(payloads), int(offsets[i]), int(offsets[i + 1]), dtype, shape) for i in range(len(offsets) - 1)]
-    litdata.optimize(fn=litdata_item, inputs=items, output_dir=str(out), chunk_bytes=SHARD_BYTES, num_workers=1,
-                     compression=None if codec == "raw" else "zstd", start_method="fork", mode="overwrite")
+    litdata.optimize(
+        fn=litdata_item,
+        inputs=items,
+        output_dir=str(out),
+        chunk_bytes=SHARD_BYTES,
+        num_workers=1,
+        compression=None if codec == "raw" else "zstd",
+        start_method="fork",
+        mode="overwrite",
+    )
 
 
 def run_build(spec: dict) -> dict:
@@ -164,8 +177,13 @@ def streaming_loader(store: str, shuffle: bool, seed: int, workers: int, method:
 
     _, StreamingDataset = import_streaming()
     ds = StreamingDataset(local=store, shuffle=shuffle, shuffle_seed=seed, batch_size=BATCH)
-    return DataLoader(ds, batch_size=BATCH, num_workers=workers, multiprocessing_context=method if workers else None,
-                      persistent_workers=workers > 0)
+    return DataLoader(
+        ds,
+        batch_size=BATCH,
+        num_workers=workers,
+        multiprocessing_context=method if workers else None,
+        persistent_workers=workers > 0,
+    )
 
 
 def litdata_loader(store: str, shuffle: bool, seed: int, workers: int, method: str | None = None):
@@ -174,7 +192,9 @@ def litdata_loader(store: str, shuffle: bool, seed: int, workers: int, method: s
 
     ds = litdata.StreamingDataset(store, shuffle=shuffle, seed=seed)
     kwargs = {"multiprocessing_context": method} if workers and method else {}
-    return litdata.StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers, persistent_workers=workers > 0, **kwargs)
+    return litdata.StreamingDataLoader(
+        ds, batch_size=BATCH, num_workers=workers, persistent_workers=workers > 0, **kwargs
+    )
 
 
 LOADERS = {STREAMING: streaming_loader, LITDATA: litdata_loader}
@@ -201,9 +221,17 @@ def run_stream_peer(spec: dict) -> dict:
         import_library(contender)  # imports stay out of "first sample", as for every other contender
         start = time.perf_counter()
         loader = LOADERS[contender](spec["store"], spec["shuffle"], spec["seed"], spec["workers"])
-        result["note"] = (f"own {'shuffle' if spec['shuffle'] else 'worker partition order'}; "
-                          f"torch DataLoader workers={spec['workers']} (fork)")
-        batch_passes(result, spec["repeats"], start, lambda _rep: loader, lambda batch, d: count_rows(batch_rows(batch["data"]), d))
+        result["note"] = (
+            f"own {'shuffle' if spec['shuffle'] else 'worker partition order'}; "
+            f"torch DataLoader workers={spec['workers']} (fork)"
+        )
+        batch_passes(
+            result,
+            spec["repeats"],
+            start,
+            lambda _rep: loader,  # noqa: F821 (called before the del below)
+            lambda batch, d: count_rows(batch_rows(batch["data"]), d),
+        )
         del loader
     except Exception as exc:  # a peer API failure is a finding, not a crash
         result["error"] = f"{type(exc).__name__}: {exc}"

@@ -23,7 +23,11 @@ OURS, BATCHES, TO_NUMPY = "datasetrt", "datasetrt batches", "datasetrt batches .
 BATCHES_INPROC = "datasetrt batches in-process"
 LOADERX, PREAD, GATHER = "loaderx", "pread per record (limit)", "numpy memmap gather (limit)"
 STREAMING, LITDATA = "MosaicML Streaming", "LitData"
-TTD, TTB, TTBR = "datasetrt to_torch_dataloader", "datasetrt to_torch_batches", "datasetrt to_torch_batches, reader workers"
+TTD, TTB, TTBR = (
+    "datasetrt to_torch_dataloader",
+    "datasetrt to_torch_batches",
+    "datasetrt to_torch_batches, reader workers",
+)
 TOKENS512 = "int32[512]"
 DEFAULT_BASELINE = Path(__file__).resolve().parent / "issue11-baseline.json"
 
@@ -51,7 +55,9 @@ def _batch_path(cs: dict[str, dict]) -> str | None:
     return TO_NUMPY if TO_NUMPY in cs else BATCHES if BATCHES in cs else None
 
 
-def _line(target: str, pairs: list[tuple[str, float]], goal: float, lower_is_better: bool = False) -> tuple[str, str, str, str]:
+def _line(
+    target: str, pairs: list[tuple[str, float]], goal: float, lower_is_better: bool = False
+) -> tuple[str, str, str, str]:
     """(target, measured, rows met, verdict) from (row label, ratio) pairs."""
     if not pairs:
         return target, "-", "-", "not measured"
@@ -62,7 +68,9 @@ def _line(target: str, pairs: list[tuple[str, float]], goal: float, lower_is_bet
     return target, measured, f"{len(ok)}/{len(pairs)}", "met" if len(ok) == len(pairs) else "not met"
 
 
-def _ratios(rows: list[dict], num: str | None, den: str, where=lambda wl, cs: True, num_pick=None) -> list[tuple[str, float]]:
+def _ratios(
+    rows: list[dict], num: str | None, den: str, where=lambda wl, cs: True, num_pick=None
+) -> list[tuple[str, float]]:
     """(workload, median rate of `num` / median rate of `den`) for every workload with both;
     `num_pick(contenders)` chooses the numerator per workload instead of `num`."""
     out = []
@@ -84,27 +92,53 @@ def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str
     compressed = lambda wl, cs: next(iter(cs.values()))["algo"] != "none"  # noqa: E731
     base_in = lambda *names: lambda wl, cs: next(iter(cs.values()))["base"] in names  # noqa: E731
     lines = [
-        _line("batch path >= per-sample path (every read row; .to_numpy() where it exists)",
-              _ratios(rows, None, OURS, num_pick=_batch_path), 1.0),
-        _line(">= 1.0x loaderx on every uncompressed row (best datasetrt path with workers)",
-              _ratios(rows, None, LOADERX, raw, num_pick=_best_ours), 1.0),
-        _line(">= 0.6x pread per record (limit), 4 KiB and 150 KiB: per-sample path",
-              _ratios(rows, OURS, PREAD, base_in("4 KiB", "150 KiB")), 0.6),
-        _line(">= 0.6x pread per record (limit), 4 KiB and 150 KiB: batch path",
-              _ratios(rows, None, PREAD, base_in("4 KiB", "150 KiB"), num_pick=_batch_path), 0.6),
-        _line(f"{TOKENS512} as [256, 512] numpy >= 0.5x numpy memmap fancy-index gather",
-              _ratios(rows, None, GATHER, base_in(TOKENS512), num_pick=_batch_path), 0.5),
+        _line(
+            "batch path >= per-sample path (every read row; .to_numpy() where it exists)",
+            _ratios(rows, None, OURS, num_pick=_batch_path),
+            1.0,
+        ),
+        _line(
+            ">= 1.0x loaderx on every uncompressed row (best datasetrt path with workers)",
+            _ratios(rows, None, LOADERX, raw, num_pick=_best_ours),
+            1.0,
+        ),
+        _line(
+            ">= 0.6x pread per record (limit), 4 KiB and 150 KiB: per-sample path",
+            _ratios(rows, OURS, PREAD, base_in("4 KiB", "150 KiB")),
+            0.6,
+        ),
+        _line(
+            ">= 0.6x pread per record (limit), 4 KiB and 150 KiB: batch path",
+            _ratios(rows, None, PREAD, base_in("4 KiB", "150 KiB"), num_pick=_batch_path),
+            0.6,
+        ),
+        _line(
+            f"{TOKENS512} as [256, 512] numpy >= 0.5x numpy memmap fancy-index gather",
+            _ratios(rows, None, GATHER, base_in(TOKENS512), num_pick=_batch_path),
+            0.5,
+        ),
         # Proposed restatement of the line above (docs/benchmarks.md): a memmap gather makes no
         # system call per record, so the reachable floor of a per-record reader is the pread limit.
-        _line(f"(proposed) {TOKENS512} as [256, 512] numpy >= pread per record (limit), raw rows",
-              _ratios(rows, None, PREAD, lambda wl, cs: raw(wl, cs) and base_in(TOKENS512)(wl, cs),
-                      num_pick=_batch_path), 1.0),
-        _line(f"{TOKENS512} as [256, 512] numpy >= loaderx Dense",
-              _ratios(rows, None, LOADERX, base_in(TOKENS512), num_pick=_batch_path), 1.0),
-        _line("batches with 2 reader workers >= 1.0x in-process batch path, compressed rows",
-              _ratios(rows, BATCHES, BATCHES_INPROC, compressed), 1.0),
-        _line("batches with 2 reader workers >= 0.9x in-process batch path, raw rows",
-              _ratios(rows, BATCHES, BATCHES_INPROC, raw), 0.9),
+        _line(
+            f"(proposed) {TOKENS512} as [256, 512] numpy >= pread per record (limit), raw rows",
+            _ratios(rows, None, PREAD, lambda wl, cs: raw(wl, cs) and base_in(TOKENS512)(wl, cs), num_pick=_batch_path),
+            1.0,
+        ),
+        _line(
+            f"{TOKENS512} as [256, 512] numpy >= loaderx Dense",
+            _ratios(rows, None, LOADERX, base_in(TOKENS512), num_pick=_batch_path),
+            1.0,
+        ),
+        _line(
+            "batches with 2 reader workers >= 1.0x in-process batch path, compressed rows",
+            _ratios(rows, BATCHES, BATCHES_INPROC, compressed),
+            1.0,
+        ),
+        _line(
+            "batches with 2 reader workers >= 0.9x in-process batch path, raw rows",
+            _ratios(rows, BATCHES, BATCHES_INPROC, raw),
+            0.9,
+        ),
     ]
     cpu, pss = [], []
     if baseline is not None:
@@ -118,7 +152,9 @@ def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str
                 cpu.append((key, _med(r["cpu_parent_s_per_gib"]) / b["cpu_parent_s_per_gib"]))
             if b and r.get("peak_pss_mib") and b.get("peak_pss_mib"):
                 pss.append((key, r["peak_pss_mib"] / b["peak_pss_mib"]))
-    lines.append(_line("parent CPU s per GiB with 2 reader workers <= 1/3 of the baseline's", cpu, 1 / 3, lower_is_better=True))
+    lines.append(
+        _line("parent CPU s per GiB with 2 reader workers <= 1/3 of the baseline's", cpu, 1 / 3, lower_is_better=True)
+    )
     lines.append(_line("peak tree PSS no worse than the baseline's (datasetrt rows)", pss, 1.0, lower_is_better=True))
     return lines
 
@@ -137,13 +173,33 @@ def torch_targets(torch_rows: list[dict]) -> list[tuple[str, str, str, str]]:
         _line("to_torch_batches >= 3x to_torch_dataloader + per-sample transform", pairs(TTB, TTD), 3.0),
         _line("to_torch_batches ahead of MosaicML Streaming (samples/s)", pairs(TTB, STREAMING), 1.0),
         _line("to_torch_batches ahead of LitData (samples/s)", pairs(TTB, LITDATA), 1.0),
-        _line("to_torch_batches first batch no later than Streaming's", pairs(TTB, STREAMING, "first_batch"), 1.0, lower_is_better=True),
-        _line("to_torch_batches first batch no later than LitData's", pairs(TTB, LITDATA, "first_batch"), 1.0, lower_is_better=True),
+        _line(
+            "to_torch_batches first batch no later than Streaming's",
+            pairs(TTB, STREAMING, "first_batch"),
+            1.0,
+            lower_is_better=True,
+        ),
+        _line(
+            "to_torch_batches first batch no later than LitData's",
+            pairs(TTB, LITDATA, "first_batch"),
+            1.0,
+            lower_is_better=True,
+        ),
         _line("to_torch_batches, reader workers (no torch worker) >= 3x to_torch_dataloader", pairs(TTBR, TTD), 3.0),
         _line("to_torch_batches, reader workers ahead of MosaicML Streaming (samples/s)", pairs(TTBR, STREAMING), 1.0),
         _line("to_torch_batches, reader workers ahead of LitData (samples/s)", pairs(TTBR, LITDATA), 1.0),
-        _line("to_torch_batches, reader workers: first batch no later than Streaming's", pairs(TTBR, STREAMING, "first_batch"), 1.0, lower_is_better=True),
-        _line("to_torch_batches, reader workers: first batch no later than LitData's", pairs(TTBR, LITDATA, "first_batch"), 1.0, lower_is_better=True),
+        _line(
+            "to_torch_batches, reader workers: first batch no later than Streaming's",
+            pairs(TTBR, STREAMING, "first_batch"),
+            1.0,
+            lower_is_better=True,
+        ),
+        _line(
+            "to_torch_batches, reader workers: first batch no later than LitData's",
+            pairs(TTBR, LITDATA, "first_batch"),
+            1.0,
+            lower_is_better=True,
+        ),
         _line("keep the lead: to_torch_dataloader ahead of Streaming", pairs(TTD, STREAMING), 1.0),
         _line("keep the lead: to_torch_dataloader ahead of LitData", pairs(TTD, LITDATA), 1.0),
     ]
@@ -161,9 +217,11 @@ def baseline_of(rows: list[dict], mode: str) -> dict:
     out = {}
     for r in rows:
         if not r.get("error") and r["contender"] in (OURS, BATCHES, TO_NUMPY):
-            out[_row_key(r)] = {"cpu_parent_s_per_gib": _med(r.get("cpu_parent_s_per_gib") or []),
-                                "cpu_workers_s_per_gib": _med(r.get("cpu_workers_s_per_gib") or []),
-                                "peak_pss_mib": r.get("peak_pss_mib")}
+            out[_row_key(r)] = {
+                "cpu_parent_s_per_gib": _med(r.get("cpu_parent_s_per_gib") or []),
+                "cpu_workers_s_per_gib": _med(r.get("cpu_workers_s_per_gib") or []),
+                "peak_pss_mib": r.get("peak_pss_mib"),
+            }
     return {"mode": mode, "rows": out}
 
 
@@ -186,21 +244,33 @@ def issue11_tables(doc: dict) -> str:
     from benchmarks.torch_batches import table as torch_table
 
     rows = doc["rows"]
-    out = ["### int32[512] read rows", "", table([r for r in rows if r["base"] == TOKENS512]), "",
-           "### datasetrt: 2 reader workers vs in-process, CPU per GiB", "",
-           "| workload | path | samples/s, 2 workers | samples/s, in-process | workers / in-process "
-           "| parent CPU s/GiB, 2 workers | workers CPU s/GiB | CPU s/GiB in-process |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "### int32[512] read rows",
+        "",
+        table([r for r in rows if r["base"] == TOKENS512]),
+        "",
+        "### datasetrt: 2 reader workers vs in-process, CPU per GiB",
+        "",
+        "| workload | path | samples/s, 2 workers | samples/s, in-process | workers / in-process "
+        "| parent CPU s/GiB, 2 workers | workers CPU s/GiB | CPU s/GiB in-process |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for wl, cs in _by_workload(rows).items():
         for path, w, ip in (("per-sample", OURS, "datasetrt in-process"), ("batches", BATCHES, BATCHES_INPROC)):
             if w in cs and ip in cs:
                 a, b = cs[w], cs[ip]
-                out.append(f"| {wl} | {path} | {_med(a['rates']):,.0f} | {_med(b['rates']):,.0f} | "
-                           f"{_med(a['rates']) / _med(b['rates']):.2f}x | {_med(a['cpu_parent_s_per_gib']):.2f} | "
-                           f"{_med(a['cpu_workers_s_per_gib']):.2f} | {_med(b['cpu_parent_s_per_gib']):.2f} |")
+                out.append(
+                    f"| {wl} | {path} | {_med(a['rates']):,.0f} | {_med(b['rates']):,.0f} | "
+                    f"{_med(a['rates']) / _med(b['rates']):.2f}x | {_med(a['cpu_parent_s_per_gib']):.2f} | "
+                    f"{_med(a['cpu_workers_s_per_gib']):.2f} | {_med(b['cpu_parent_s_per_gib']):.2f} |"
+                )
     keep = (OURS, BATCHES, LOADERX, STREAMING, LITDATA)
-    out += ["", "### MosaicML Streaming and LitData beside datasetrt and loaderx (byte workloads)", "",
-            table([r for r in rows if r["base"] != TOKENS512 and r["contender"] in keep])]
+    out += [
+        "",
+        "### MosaicML Streaming and LitData beside datasetrt and loaderx (byte workloads)",
+        "",
+        table([r for r in rows if r["base"] != TOKENS512 and r["contender"] in keep]),
+    ]
     if doc.get("torch_rows"):
         out += ["", "### torch end to end", "", torch_table(doc["torch_rows"])]
     return "\n".join(out)

@@ -41,7 +41,14 @@ from pathlib import Path
 
 from benchmarks.loader import contender_child, summarize
 from benchmarks.peers import BATCH, Digest
-from benchmarks.stream_peers import LITDATA, STREAMING, import_library, install_streaming_package, litdata_loader, streaming_loader
+from benchmarks.stream_peers import (
+    LITDATA,
+    STREAMING,
+    import_library,
+    install_streaming_package,
+    litdata_loader,
+    streaming_loader,
+)
 
 install_streaming_package()  # a spawned DataLoader worker imports this module before unpickling a StreamingDataset
 
@@ -88,7 +95,6 @@ def _loader(spec: dict):
     if contender == LITDATA:
         return litdata_loader(spec["store"], False, SEED, TORCH_WORKERS, method), (lambda b: b["data"]), None
     import datasetrt
-
     from benchmarks import torch_batches as mod  # transform/collate by importable name (spawn pickles them)
 
     runtime = datasetrt.DatasetRuntime(num_workers=2, start_method=method if contender == TTBR else None)
@@ -99,8 +105,15 @@ def _loader(spec: dict):
     if contender == TTB:
         dl = ds.to_torch_batches(BATCH, num_workers=TORCH_WORKERS, multiprocessing_context=method)
         return dl, (lambda b: b["payload"] if isinstance(b, dict) else b), runtime
-    dl = ds.to_torch_dataloader(batch_size=BATCH, shuffle=False, num_workers=TORCH_WORKERS, sample_transform_fn=mod.token_transform,
-                                collate_fn=mod.stack, multiprocessing_context=method, verbose=False)
+    dl = ds.to_torch_dataloader(
+        batch_size=BATCH,
+        shuffle=False,
+        num_workers=TORCH_WORKERS,
+        sample_transform_fn=mod.token_transform,
+        collate_fn=mod.stack,
+        multiprocessing_context=method,
+        verbose=False,
+    )
     return dl, (lambda b: b), runtime
 
 
@@ -108,7 +121,14 @@ def run_child(spec: dict) -> dict:
     """One contender and start method in this fresh process: `passes` passes over the loader."""
     from benchmarks.pss import PeakPss
 
-    result: dict = {"pass_s": [], "pass_n": [], "digest": None, "multiset": None, "first_batch_s": None, "build_s": None}
+    result: dict = {
+        "pass_s": [],
+        "pass_n": [],
+        "digest": None,
+        "multiset": None,
+        "first_batch_s": None,
+        "build_s": None,
+    }
     with PeakPss() as pss:
         import numpy as np
         import torch
@@ -120,7 +140,7 @@ def run_child(spec: dict) -> dict:
             # `import datasetrt` is lazy (PEP 562): its API, pydantic and the torch integration
             # load at first use. Load them here, as `import litdata` / `streaming.base` load theirs,
             # so "library imports excluded" holds for every contender (~0.5 s here otherwise).
-            import datasetrt.api  # noqa: F401
+            import datasetrt.api
             import datasetrt.integrations.torch.batches  # noqa: F401  (the package is lazy: its modules too)
         start = time.perf_counter()
         dl, payload_of, runtime = _loader(spec)
@@ -161,25 +181,39 @@ def bench(wl: dict, mode: str, stream_peers: bool, failures: list[str], timeout_
                 if contender in (STREAMING, LITDATA) and store.get("error"):
                     r = {"error": store["error"]}
                 else:
-                    spec = {"contender": contender, "method": method, "passes": PASSES[mode], "cache": wl["caches"]["none"],
-                            "store": store.get("path")}
+                    spec = {
+                        "contender": contender,
+                        "method": method,
+                        "passes": PASSES[mode],
+                        "cache": wl["caches"]["none"],
+                        "store": store.get("path"),
+                    }
                     r = contender_child(spec, timeout_s, module="benchmarks.torch_batches")
                 config = f"K={TORCH_WORKERS} {method}"
                 row = {"config": config, "contender": contender, "repeat": rep, **r}
                 if "error" not in r:
                     if r["multiset"] != wl["written"]["multiset"] or any(n != wl["count"] for n in r["pass_n"]):
                         row["check"] = "DIFFERENT BYTES"
-                        failures.append(f"torch {config} {contender}: multiset {r['multiset']} passes {r['pass_n']} "
-                                        f"vs written {wl['written']['multiset']}")
+                        failures.append(
+                            f"torch {config} {contender}: multiset {r['multiset']} passes {r['pass_n']} "
+                            f"vs written {wl['written']['multiset']}"
+                        )
                     else:
-                        row["check"] = "same bytes, same order" if r["digest"] == wl["written"]["digest"] else "same bytes (multiset)"
+                        row["check"] = (
+                            "same bytes, same order"
+                            if r["digest"] == wl["written"]["digest"]
+                            else "same bytes (multiset)"
+                        )
                 rows.append(row)
                 if "error" in r:
                     print(f"torch [{rep}] {config:12} {contender:32} FAILED: {r['error']}", flush=True)
                 else:
                     rates = " ".join(f"{n / t:,.0f}" for n, t in zip(r["pass_n"], r["pass_s"]))
-                    print(f"torch [{rep}] {config:12} {contender:32} passes {rates} samples/s  first batch "
-                          f"{r['first_batch_s'] * 1e3:,.0f} ms  PSS {r['peak_pss_mib']:,.0f} MiB  {row['check']}", flush=True)
+                    print(
+                        f"torch [{rep}] {config:12} {contender:32} passes {rates} samples/s  first batch "
+                        f"{r['first_batch_s'] * 1e3:,.0f} ms  PSS {r['peak_pss_mib']:,.0f} MiB  {row['check']}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -187,18 +221,25 @@ def table(rows: list[dict]) -> str:
     """Markdown: per config and contender, samples/s (median over passes 2.. and repeats), pass 1,
     first batch, PSS, and each ratio to `to_torch_dataloader` in the same config."""
     summary = summarize(rows)
-    lines = ["| config | contender | samples/s (median) | min - max | pass 1 samples/s | first batch | peak tree PSS "
-             "| samples/s vs to_torch_dataloader | bytes |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| config | contender | samples/s (median) | min - max | pass 1 samples/s | first batch | peak tree PSS "
+        "| samples/s vs to_torch_dataloader | bytes |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     checks = {(r["config"], r["contender"]): r.get("check", "not compared") for r in rows}
     for (config, contender), s in summary.items():
         if s["rate"] is None:
-            lines.append(f"| {config} | {contender} | **failed**: {'; '.join(dict.fromkeys(s['errors']))} | | | | | | |")
+            lines.append(
+                f"| {config} | {contender} | **failed**: {'; '.join(dict.fromkeys(s['errors']))} | | | | | | |"
+            )
             continue
         base = summary.get((config, TTD), {}).get("rate")
         ratio = f"{s['rate'] / base:.2f}x" if base else "-"
-        lines.append(f"| {config} | {contender} | {s['rate']:,.0f} | {min(s['rates']):,.0f} - {max(s['rates']):,.0f} | "
-                     f"{s['first_pass_rate']:,.0f} | {s['first_batch'] * 1e3:,.0f} ms | {s['pss']:,.0f} MiB | {ratio} | "
-                     f"{checks[(config, contender)]} |")
+        lines.append(
+            f"| {config} | {contender} | {s['rate']:,.0f} | {min(s['rates']):,.0f} - {max(s['rates']):,.0f} | "
+            f"{s['first_pass_rate']:,.0f} | {s['first_batch'] * 1e3:,.0f} ms | {s['pss']:,.0f} MiB | {ratio} | "
+            f"{checks[(config, contender)]} |"
+        )
     return "\n".join(lines)
 
 
@@ -227,12 +268,23 @@ def main() -> None:
         rows = bench(wl, mode, stream_peers, failures)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"\nmachine: {machine_facts()}; {COUNTS[mode]:,} int32[512] records, batch {BATCH}, "
-          f"wall {time.perf_counter() - started:.0f} s\n")
+    print(
+        f"\nmachine: {machine_facts()}; {COUNTS[mode]:,} int32[512] records, batch {BATCH}, "
+        f"wall {time.perf_counter() - started:.0f} s\n"
+    )
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine_facts(), "mode": mode, "rows": rows,
-                                    "median_samples_per_s": {f"{c} | {k}": s["rate"] for (c, k), s in summarize(rows).items()}}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "machine": machine_facts(),
+                "mode": mode,
+                "rows": rows,
+                "median_samples_per_s": {f"{c} | {k}": s["rate"] for (c, k), s in summarize(rows).items()},
+            },
+            indent=2,
+        )
+    )
     exit_on_different_bytes(failures)
 
 

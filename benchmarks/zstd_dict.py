@@ -68,8 +68,23 @@ DATASETRT = {
     "datasetrt zstd_dict 64 KiB": {"algo": "zstd_dict", "dict_bytes": 64 << 10},
 }
 LOADERX = {"loaderx raw": "raw", "loaderx zstd": "zstd", "loaderx zstd_dict": "zstd_dict"}
-WORDS = ("alpha", "beta", "gamma", "delta", "user", "click", "view", "buy", "session", "page", "home", "cart",
-         "search", "product", "price")
+WORDS = (
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "user",
+    "click",
+    "view",
+    "buy",
+    "session",
+    "page",
+    "home",
+    "cart",
+    "search",
+    "product",
+    "price",
+)
 
 
 # -- workloads -------------------------------------------------------------------------------------
@@ -79,7 +94,7 @@ def make_payloads(workload: str, count: int) -> tuple[list[bytes], int | None]:
     """(payloads, fixed record length or None)."""
     rng = np.random.default_rng(SEED)
     if workload.startswith("int32["):
-        tokens = int(workload[6:workload.index("]")])
+        tokens = int(workload[6 : workload.index("]")])
         ids = ((rng.zipf(1.3, (count, tokens)) - 1) % 32000).astype("<i4")
         return [row.tobytes() for row in ids], tokens * 4
     users = rng.integers(0, 5000, count)
@@ -90,9 +105,15 @@ def make_payloads(workload: str, count: int) -> tuple[list[bytes], int | None]:
     tags = rng.integers(0, len(WORDS), (count, 3))
     out = []
     for i in range(count):
-        rec = {"id": i, "user": f"u{users[i]}", "event": WORDS[events[i]], "ts": 1_700_000_000 + 13 * i,
-               "page": "/" + "/".join(WORDS[k] for k in pages[i]), "value": round(float(values[i]), 2),
-               "tags": [WORDS[k] for k in tags[i, :ntags[i]]]}
+        rec = {
+            "id": i,
+            "user": f"u{users[i]}",
+            "event": WORDS[events[i]],
+            "ts": 1_700_000_000 + 13 * i,
+            "page": "/" + "/".join(WORDS[k] for k in pages[i]),
+            "value": round(float(values[i]), 2),
+            "tags": [WORDS[k] for k in tags[i, : ntags[i]]],
+        }
         out.append(json.dumps(rec).encode())
     return out, None
 
@@ -146,7 +167,9 @@ def datasetrt_stored(cache: Path) -> tuple[int, int]:
 
 def datasetrt_plan(cache: Path) -> np.ndarray:
     ds = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=SEED, shuffle=True), runtime=None)
-    return np.concatenate([np.asarray(b.sample_id, dtype=np.int64) for b in ds.iter_batches(BATCH, with_metadata=False)])
+    return np.concatenate(
+        [np.asarray(b.sample_id, dtype=np.int64) for b in ds.iter_batches(BATCH, with_metadata=False)]
+    )
 
 
 def datasetrt_read(cache: Path, check: bool) -> tuple[int, float, float, str | None]:
@@ -190,7 +213,7 @@ def loaderx_write(store: Path, payloads: list[bytes], fixed: int | None, codec: 
     else:
         with Ragged.create(store, np.uint8, 1, codec=codec, dict_bytes=dictionary) as rs:
             for s in range(0, len(records), 4096):
-                rs.append(RaggedBatch.from_records(records[s:s + 4096]))
+                rs.append(RaggedBatch.from_records(records[s : s + 4096]))
     return train_s, time.perf_counter() - start
 
 
@@ -209,7 +232,7 @@ def loaderx_read(store: Path, fixed: bool, order: np.ndarray, check: bool) -> tu
     try:
         start, cpu = time.perf_counter(), time.process_time()
         for s in range(0, len(order), BATCH):
-            value = st[order[s:s + BATCH]]
+            value = st[order[s : s + BATCH]]
             if fixed:
                 rows = np.from_dlpack(value)
                 n += len(rows)
@@ -219,7 +242,7 @@ def loaderx_read(store: Path, fixed: bool, order: np.ndarray, check: bool) -> tu
                 values, cu = np.from_dlpack(value.values), np.from_dlpack(value.cu_seqlens)
                 n += len(cu) - 1
                 if check:
-                    parts.extend(values[cu[j]:cu[j + 1]].tobytes() for j in range(len(cu) - 1))
+                    parts.extend(values[cu[j] : cu[j + 1]].tobytes() for j in range(len(cu) - 1))
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     finally:
         st.close()
@@ -240,8 +263,18 @@ def bench_workload(work: Path, workload: str, count: int, workers: int, repeats:
         caches[label] = cache
         shards, dict_bytes = datasetrt_stored(cache)
         algos = {s["compression"]["algo"] for s in json.loads((cache / "manifest.json").read_text())["shards"]}
-        rows.append({"workload": workload, "contender": label, "write_s": write_s, "train_s": None,
-                     "stored": shards, "dict_bytes": dict_bytes, "disk": disk_bytes(cache), "algos": sorted(algos)})
+        rows.append(
+            {
+                "workload": workload,
+                "contender": label,
+                "write_s": write_s,
+                "train_s": None,
+                "stored": shards,
+                "dict_bytes": dict_bytes,
+                "disk": disk_bytes(cache),
+                "algos": sorted(algos),
+            }
+        )
     order = datasetrt_plan(caches["datasetrt none"])
     expected = digest(payloads[i] for i in order)
     envelope = rows[0]["stored"] - raw  # datasetrt none: what the record envelopes cost beside the payloads
@@ -285,9 +318,11 @@ def bench_workload(work: Path, workload: str, count: int, workers: int, repeats:
 
 
 def render(rows: list[dict], counts: dict) -> str:
-    lines = ["| workload | contender | ratio | payloads stored MiB (+ dict) | disk MiB | write s | "
-             "read samples/s, median [min - max] | read CPU us/sample |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| workload | contender | ratio | payloads stored MiB (+ dict) | disk MiB | write s | "
+        "read samples/s, median [min - max] | read CPU us/sample |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         name = f"{r['workload']} x {counts[r['workload']]:,}"
         if "error" in r:
@@ -298,9 +333,11 @@ def render(rows: list[dict], counts: dict) -> str:
         if r.get("algos") and r["algos"] != [DATASETRT.get(r["contender"], {}).get("algo")]:
             write += f" [wrote {', '.join(r['algos'])}]"
         rd, cpu = r["read"], r["read_cpu_us"]
-        lines.append(f"| {name} | {r['contender']} | {r['ratio']:.2f}x | {stored} | {r['disk'] / 2**20:.2f} | {write} | "
-                     f"{rd['median']:,.0f} [{rd['min']:,.0f} - {rd['max']:,.0f}] | "
-                     f"{cpu['median']:.1f} [{cpu['min']:.1f} - {cpu['max']:.1f}] |")
+        lines.append(
+            f"| {name} | {r['contender']} | {r['ratio']:.2f}x | {stored} | {r['disk'] / 2**20:.2f} | {write} | "
+            f"{rd['median']:,.0f} [{rd['min']:,.0f} - {rd['max']:,.0f}] | "
+            f"{cpu['median']:.1f} [{cpu['min']:.1f} - {cpu['max']:.1f}] |"
+        )
     return "\n".join(lines)
 
 
@@ -322,17 +359,26 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="drt-zstd-dict-") as tmp:
         datasetrt_write(Path(tmp) / "warm-up", [b"x"] * 8, {"algo": "zstd_dict"}, args.workers)  # imports, untimed
         for workload, count in counts.items():
-            got, bad = bench_workload(Path(tmp) / workload.split()[0].replace("[", "").replace("]", ""), workload, count,
-                                      args.workers, repeats)
+            got, bad = bench_workload(
+                Path(tmp) / workload.split()[0].replace("[", "").replace("]", ""),
+                workload,
+                count,
+                args.workers,
+                repeats,
+            )
             rows += got
             failures += bad
             print(f"done: {workload} x {count:,}", flush=True)
-    print(f"\nzstd_dict: ratio, write and shuffled in-process read ({mode}, {repeats} timed passes, "
-          f"{args.workers} writer threads)\n")
+    print(
+        f"\nzstd_dict: ratio, write and shuffled in-process read ({mode}, {repeats} timed passes, "
+        f"{args.workers} writer threads)\n"
+    )
     print(render(rows, counts))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"machine": machine_facts(), "mode": mode, "counts": counts, "rows": rows}, indent=2))
+        args.out.write_text(
+            json.dumps({"machine": machine_facts(), "mode": mode, "counts": counts, "rows": rows}, indent=2)
+        )
     if failures:
         print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
         return 1

@@ -3,26 +3,12 @@
 Boundary: re-exports only.
 """
 
-from datasetrt.values.config import (
-    DEFAULT_SHARD_COMPRESSION,
-    DEFAULT_WRITER_CONFIG,
-    DEFAULT_WRITER_PROFILER_CONFIG,
-    CompressionAlgo,
-    PayloadSpec,
-    ReaderConfig,
-    ShardCompression,
-    WriterConfig,
-    WriterProfilerConfig,
-)
-from datasetrt.values.arrays import RaggedArrays
 from datasetrt.dataset.cached import CachedDataset
-from datasetrt.dataset.runtime import DatasetRuntime
-from datasetrt.sampling.curriculum import Curriculum, Stage
-from datasetrt.sampling.mixture import Mixture, Stream
 from datasetrt.dataset.runtime import (
     CacheSourcesDatasetError,
     CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
+    DatasetRuntime,
 )
 from datasetrt.format.results import (
     AbsentManifestTarget,
@@ -37,6 +23,20 @@ from datasetrt.format.results import (
     Result,
 )
 from datasetrt.runtime.sample_batch import SampleBatch
+from datasetrt.sampling.curriculum import Curriculum, Stage
+from datasetrt.sampling.mixture import Mixture, Stream
+from datasetrt.values.arrays import RaggedArrays
+from datasetrt.values.config import (
+    DEFAULT_SHARD_COMPRESSION,
+    DEFAULT_WRITER_CONFIG,
+    DEFAULT_WRITER_PROFILER_CONFIG,
+    CompressionAlgo,
+    PayloadSpec,
+    ReaderConfig,
+    ShardCompression,
+    WriterConfig,
+    WriterProfilerConfig,
+)
 from datasetrt.values.records import (
     BytesLike,
     CachedSample,
@@ -47,18 +47,54 @@ from datasetrt.values.records import (
     SizedTorchIterableDataset,
 )
 
-for _cls in (ReaderConfig, WriterConfig, ShardCompression, WriterProfilerConfig, PayloadSpec, CachedDataset,
-             DatasetRuntime):
+for _cls in (
+    ReaderConfig,
+    WriterConfig,
+    ShardCompression,
+    WriterProfilerConfig,
+    PayloadSpec,
+    CachedDataset,
+    DatasetRuntime,
+):
     _cls.__module__ = "datasetrt.api"
 del _cls
 
 __all__ = [
-    "CacheInput", "CacheSource", "CacheSourcesDatasetError", "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess", "CacheWriteError", "CacheWriteResult", "CacheWriteSuccess",
-    "CachedDataset", "CachedSample", "DatasetRuntime", "ReaderConfig", "ShardCompression",
-    "SizedTorchIterableDataset", "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err",
-    "ManifestUpdateEntry", "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
-    "DEFAULT_SHARD_COMPRESSION", "DEFAULT_WRITER_CONFIG", "DEFAULT_WRITER_PROFILER_CONFIG",
-    "CompressionAlgo", "BytesLike", "Metadata", "MetadataValue", "SampleBatch", "RaggedArrays", "PayloadSpec",
-    "Mixture", "Stream", "Stage", "Curriculum",
+    "DEFAULT_SHARD_COMPRESSION",
+    "DEFAULT_WRITER_CONFIG",
+    "DEFAULT_WRITER_PROFILER_CONFIG",
+    "AbsentManifestTarget",
+    "BytesLike",
+    "CacheInput",
+    "CacheSource",
+    "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
+    "CacheSourcesDatasetSuccess",
+    "CacheWriteError",
+    "CacheWriteResult",
+    "CacheWriteSuccess",
+    "CachedDataset",
+    "CachedSample",
+    "CompressionAlgo",
+    "Curriculum",
+    "DatasetRuntime",
+    "Err",
+    "ManifestUpdateEntry",
+    "ManifestUpdateError",
+    "ManifestUpdateReport",
+    "Metadata",
+    "MetadataValue",
+    "Mixture",
+    "Ok",
+    "PayloadSpec",
+    "RaggedArrays",
+    "ReaderConfig",
+    "Result",
+    "SampleBatch",
+    "ShardCompression",
+    "SizedTorchIterableDataset",
+    "Stage",
+    "Stream",
+    "WriterConfig",
+    "WriterProfilerConfig",
 ]

@@ -85,7 +85,7 @@ class CacheIOError(DatasetRTError, RuntimeError):
 
 
 def os_error_text(exc: OSError | int) -> str:
-    """"<strerror> (os error <errno>)" for an `OSError` or a bare errno, as dataset-rt words OS
+    """ "<strerror> (os error <errno>)" for an `OSError` or a bare errno, as dataset-rt words OS
     errors (the text of `CacheIOError.from_os`, and of write results that report one)."""
     import os
 

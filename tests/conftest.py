@@ -30,7 +30,9 @@ def pytest_terminal_summary(terminalreporter, config):
     """Print how to repeat this run's order and examples, also under -q (which hides the header)."""
     seed = getattr(config.option, "randomly_seed", None)
     if seed is not None and config.pluginmanager.has_plugin("randomly"):
-        terminalreporter.write_line(f"test order: pytest-randomly seed {seed} (repeat: --randomly-seed={seed}; fixed order: -p no:randomly)")
+        terminalreporter.write_line(
+            f"test order: pytest-randomly seed {seed} (repeat: --randomly-seed={seed}; fixed order: -p no:randomly)"
+        )
     terminalreporter.write_line(f"hypothesis profile: {settings.get_current_profile_name()}")
 
 
@@ -54,7 +56,11 @@ def sample_items(n: int, *, seed: int = 0, payload_bytes: int | None = None, tag
     items = []
     for i in range(n):
         size = payload_bytes if payload_bytes is not None else (i * 37 + seed) % 301
-        payload = bytes((i * 7 + j + seed) % 251 for j in range(size)) if size < 512 else (f"{tag}{i}:".encode() * size)[:size]
+        payload = (
+            bytes((i * 7 + j + seed) % 251 for j in range(size))
+            if size < 512
+            else (f"{tag}{i}:".encode() * size)[:size]
+        )
         meta = {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25 + seed}
         items.append((payload, meta))
     return items
@@ -67,8 +73,10 @@ def json_like_items(n: int, *, seed: int = 0, tag: str = "j"):
     items = []
     for i in range(n):
         k = i + seed
-        payload = (f'{{"id": {k}, "user": "user-{k % 53:03d}", "kind": "{("click", "view", "buy")[k % 3]}", '
-                   f'"tags": ["t{k % 7}", "u{k % 11}"], "score": {k * 0.25}}}').encode()
+        payload = (
+            f'{{"id": {k}, "user": "user-{k % 53:03d}", "kind": "{("click", "view", "buy")[k % 3]}", '
+            f'"tags": ["t{k % 7}", "u{k % 11}"], "score": {k * 0.25}}}'
+        ).encode()
         items.append((payload, {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25 + seed}))
     return items
 

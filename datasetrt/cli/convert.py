@@ -27,27 +27,52 @@ from datasetrt.values.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("convert", help="write caches from Parquet, Arrow IPC / Feather or JSON Lines files",
-                       description="Write one cache per SRC (a file, or a directory of files of one kind) under --out.")
+    p = sub.add_parser(
+        "convert",
+        help="write caches from Parquet, Arrow IPC / Feather or JSON Lines files",
+        description="Write one cache per SRC (a file, or a directory of files of one kind) under --out.",
+    )
     p.add_argument("sources", type=Path, nargs="+", metavar="SRC")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="base directory of the caches")
-    p.add_argument("--payload-column", metavar="C",
-                   help="payload column (binary, string or list of numbers); default: the only binary column")
-    p.add_argument("--metadata-columns", nargs="*", metavar="C",
-                   help="metadata columns (default: every other column; give none for no column)")
-    p.add_argument("--rename", action="extend", nargs="+", default=[], metavar="A=B",
-                   help="store metadata column A as B")
+    p.add_argument(
+        "--payload-column",
+        metavar="C",
+        help="payload column (binary, string or list of numbers); default: the only binary column",
+    )
+    p.add_argument(
+        "--metadata-columns",
+        nargs="*",
+        metavar="C",
+        help="metadata columns (default: every other column; give none for no column)",
+    )
+    p.add_argument(
+        "--rename", action="extend", nargs="+", default=[], metavar="A=B", help="store metadata column A as B"
+    )
     p.add_argument("--index-column", metavar="NAME", help="add the source row number as metadata column NAME")
-    p.add_argument("--dtype", metavar="D", help="typed payloads of this numpy dtype (int32, float16, ...): list values "
-                   "are cast exactly, byte payloads must fit; default: inferred from a list payload column")
-    p.add_argument("--shape", metavar="S", help="with --dtype: comma-separated dims, None for the ragged one "
-                   "(512, None,3; '' for scalars); default None (one ragged dim)")
+    p.add_argument(
+        "--dtype",
+        metavar="D",
+        help="typed payloads of this numpy dtype (int32, float16, ...): list values "
+        "are cast exactly, byte payloads must fit; default: inferred from a list payload column",
+    )
+    p.add_argument(
+        "--shape",
+        metavar="S",
+        help="with --dtype: comma-separated dims, None for the ragged one "
+        "(512, None,3; '' for scalars); default None (one ragged dim)",
+    )
     p.add_argument("--codec", choices=CODEC_NAMES, default="none", help="payload compression")
     p.add_argument("--level", type=int, default=3, help="zstd / zstd_dict level (default 3)")
-    p.add_argument("--dict-bytes", type=int, default=DICT_BYTES_DEFAULT, metavar="N",
-                   help=f"zstd_dict: most bytes of the dictionary trained per cache (default {DICT_BYTES_DEFAULT})")
-    p.add_argument("--name", action="extend", nargs="+", default=[], metavar="NAME",
-                   help="cache names, one per SRC in order")
+    p.add_argument(
+        "--dict-bytes",
+        type=int,
+        default=DICT_BYTES_DEFAULT,
+        metavar="N",
+        help=f"zstd_dict: most bytes of the dictionary trained per cache (default {DICT_BYTES_DEFAULT})",
+    )
+    p.add_argument(
+        "--name", action="extend", nargs="+", default=[], metavar="NAME", help="cache names, one per SRC in order"
+    )
     p.add_argument("--workers", type=int, default=2, help="compression threads (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -94,8 +119,10 @@ def _common_spec(paths: list[Path], sources: list) -> Any:
         if first is None:
             first = path, spec
         elif spec != first[1]:
-            raise ValueError(f"payload specs differ: {first[0]} gives {describe_spec(first[1])}, {path} gives {describe_spec(spec)}; "
-                             f"convert them in separate runs, or give --dtype/--shape to cast both to one spec")
+            raise ValueError(
+                f"payload specs differ: {first[0]} gives {describe_spec(first[1])}, {path} gives {describe_spec(spec)}; "
+                f"convert them in separate runs, or give --dtype/--shape to cast both to one spec"
+            )
     return None if first is None else first[1]
 
 
@@ -115,12 +142,23 @@ def run(args: argparse.Namespace) -> int:
         return 2
     names = args.name or [None] * len(args.sources)
     try:
-        sources = [open_path(path, name, payload=args.payload_column, metadata=args.metadata_columns,
-                             rename=renames, index_column=args.index_column, payload_spec=given)
-                   for path, name in zip(args.sources, names)]
-        config = drt.WriterConfig(show_progress=not args.no_progress, payload_spec=_common_spec(args.sources, sources),
-                                  shard_compression=drt.ShardCompression(algo=args.codec, level=args.level,
-                                                                         dict_bytes=args.dict_bytes))
+        sources = [
+            open_path(
+                path,
+                name,
+                payload=args.payload_column,
+                metadata=args.metadata_columns,
+                rename=renames,
+                index_column=args.index_column,
+                payload_spec=given,
+            )
+            for path, name in zip(args.sources, names)
+        ]
+        config = drt.WriterConfig(
+            show_progress=not args.no_progress,
+            payload_spec=_common_spec(args.sources, sources),
+            shard_compression=drt.ShardCompression(algo=args.codec, level=args.level, dict_bytes=args.dict_bytes),
+        )
         with drt.DatasetRuntime(num_workers=max(1, args.workers)) as rt:
             results = rt.write_cache(sources, args.out, writer_config=config)
     except (DatasetRTError, ValueError) as exc:

@@ -32,7 +32,11 @@ class SyntheticSource:
             start = (i * 31 + self.seed) % 256
             yield drt.CacheInput(
                 block[start : start + self.payload_bytes],
-                {"label": f"class{(i + self.seed) % 10}", "length": (i * 13) % 1000, "quality": ((i * 7) % 100) / 100.0},
+                {
+                    "label": f"class{(i + self.seed) % 10}",
+                    "length": (i * 13) % 1000,
+                    "quality": ((i * 7) % 100) / 100.0,
+                },
             )
 
 
@@ -87,15 +91,16 @@ def run(args: argparse.Namespace) -> int:
             return 1
         total = args.caches * args.samples
         mib = total * args.payload_bytes / 2**20
-        print(f"wrote {args.caches} caches, {total:,} samples, {mib:.0f} MiB payload in {write_s:.2f} s "
-              f"({mib / write_s:.0f} MiB/s)")
+        print(
+            f"wrote {args.caches} caches, {total:,} samples, {mib:.0f} MiB payload in {write_s:.2f} s "
+            f"({mib / write_s:.0f} MiB/s)"
+        )
 
         # 2. Open all caches as one dataset; edit the population with Polars, no payload reads.
         dataset = runtime.cached_dataset([r.path for r in results], reader_config=drt.ReaderConfig(seed=2026))
         table = dataset.get_metadata()
-        edited = (
-            table.filter(pl.col("quality") >= 0.2)
-            .with_columns(weight=pl.when(pl.col("label") == "class3").then(5.0).otherwise(pl.col("quality") + 0.5))
+        edited = table.filter(pl.col("quality") >= 0.2).with_columns(
+            weight=pl.when(pl.col("label") == "class3").then(5.0).otherwise(pl.col("quality") + 0.5)
         )
         dataset.update_metadata(edited)
         print(f"metadata: {table.height:,} rows -> {edited.height:,} active rows after filter; class3 weighted x5")
@@ -112,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
             payload_bytes += len(sample.data)
         read_s = time.perf_counter() - start
         n = sum(counts.values())
-        print(f"read {n:,} samples in {read_s:.2f} s: {n / read_s:,.0f} samples/s, "
-              f"{payload_bytes / 2**20 / read_s:.0f} MiB/s, first sample after {first_sample_s * 1e3:.1f} ms")
+        print(
+            f"read {n:,} samples in {read_s:.2f} s: {n / read_s:,.0f} samples/s, "
+            f"{payload_bytes / 2**20 / read_s:.0f} MiB/s, first sample after {first_sample_s * 1e3:.1f} ms"
+        )
         share = counts.get("class3", 0) / n
         print(f"class3 share of draws: {share:.1%} (weighted x5 of ~10% of rows)")
 
@@ -124,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
             rows += len(batch)
             batch_bytes += len(batch.data)
         batch_s = time.perf_counter() - start
-        print(f"read {rows:,} samples as batches of 256 in {batch_s:.2f} s: {rows / batch_s:,.0f} samples/s, "
-              f"{batch_bytes / 2**20 / batch_s:.0f} MiB/s")
+        print(
+            f"read {rows:,} samples as batches of 256 in {batch_s:.2f} s: {rows / batch_s:,.0f} samples/s, "
+            f"{batch_bytes / 2**20 / batch_s:.0f} MiB/s"
+        )
         print(f"process-tree PSS (parent + {len(runtime.worker_pids)} reader workers): {tree_pss_mib():.0f} MiB")
         dataset.close()
     finally:

@@ -60,22 +60,29 @@ class Report:
         doc: dict[str, Any] = {"path": str(self.path), "status": self.status}
         m = self.manifest
         if m is not None:
-            doc.update({
-                "format_version": m.format_version,
-                "cache_id": m.cache_id,
-                "source_name": m.source_name,
-                "sample_count": m.sample_count,
-                "schema": [{"name": n, "kind": k} for n, k in m.metadata_schema],
-                "shards": len(m.shards),
-                "shard_bytes": sum(s.byte_len for s in m.shards),
-                "payload_bytes": sum(s.uncompressed_byte_len for s in m.shards),
-                "compression": sorted({s.algo for s in m.shards}),
-                "record_checksums": m.checksums is not None,
-                "zstd_dictionary": None if m.dictionary is None else {
-                    "file": m.dictionary.file, "dict_id": m.dictionary.dict_id, "byte_len": m.dictionary.byte_len,
-                    "sha256": m.dictionary.sha256},
-                "metadata_rows": self.metadata_rows,
-            })
+            doc.update(
+                {
+                    "format_version": m.format_version,
+                    "cache_id": m.cache_id,
+                    "source_name": m.source_name,
+                    "sample_count": m.sample_count,
+                    "schema": [{"name": n, "kind": k} for n, k in m.metadata_schema],
+                    "shards": len(m.shards),
+                    "shard_bytes": sum(s.byte_len for s in m.shards),
+                    "payload_bytes": sum(s.uncompressed_byte_len for s in m.shards),
+                    "compression": sorted({s.algo for s in m.shards}),
+                    "record_checksums": m.checksums is not None,
+                    "zstd_dictionary": None
+                    if m.dictionary is None
+                    else {
+                        "file": m.dictionary.file,
+                        "dict_id": m.dictionary.dict_id,
+                        "byte_len": m.dictionary.byte_len,
+                        "sha256": m.dictionary.sha256,
+                    },
+                    "metadata_rows": self.metadata_rows,
+                }
+            )
         doc["files"] = [{"file": f, "read": what} for f, what in self.files]
         doc["problems"] = [{"file": f, "problem": what} for f, what in self.problems]
         return doc
@@ -119,14 +126,28 @@ def inspect_dir(path: Path) -> Report:
         present = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
         report.files.append((".", f"holds {', '.join(present) if present else 'nothing'}"))
         return report
-    report.files.append((MANIFEST_NAME, f"format v{m.format_version}, {m.sample_count:,} samples, {len(m.shards)} shards"))
-    _check_size(report, path, INDEX_NAME, m.sample_count * INDEX_ROW_BYTES, INDEX_ROW_BYTES,
-                f"{INDEX_ROW_BYTES} per sample x {m.sample_count:,} samples")
+    report.files.append(
+        (MANIFEST_NAME, f"format v{m.format_version}, {m.sample_count:,} samples, {len(m.shards)} shards")
+    )
+    _check_size(
+        report,
+        path,
+        INDEX_NAME,
+        m.sample_count * INDEX_ROW_BYTES,
+        INDEX_ROW_BYTES,
+        f"{INDEX_ROW_BYTES} per sample x {m.sample_count:,} samples",
+    )
     for shard in m.shards:
         _check_size(report, path, f"{SHARDS_DIR}/{shard.name}", shard.byte_len, 1, "the manifest's byte_len")
     if m.checksums is not None:
-        _check_size(report, path, m.checksums.file, m.sample_count * CHECKSUM_ROW_BYTES, CHECKSUM_ROW_BYTES,
-                    f"{CHECKSUM_ROW_BYTES} per sample x {m.sample_count:,} samples")
+        _check_size(
+            report,
+            path,
+            m.checksums.file,
+            m.sample_count * CHECKSUM_ROW_BYTES,
+            CHECKSUM_ROW_BYTES,
+            f"{CHECKSUM_ROW_BYTES} per sample x {m.sample_count:,} samples",
+        )
     if m.dictionary is not None:
         from datasetrt.format.dictionary import read_checked
 
@@ -159,15 +180,23 @@ def _print_text(report: Report, out: TextIO) -> None:
         algos = sorted({s.algo for s in m.shards})
         shard_bytes = sum(s.byte_len for s in m.shards)
         raw_bytes = sum(s.uncompressed_byte_len for s in m.shards)
-        print(f"source      {m.source_name}  (cache_id {m.cache_id if m.cache_id is not None else 'positional (v2)'})", file=out)
-        print(f"format      v{m.format_version}, compression {', '.join(algos) or 'none'}, "
-              f"record checksums {'yes' if m.checksums else 'no'}", file=out)
+        print(
+            f"source      {m.source_name}  (cache_id {m.cache_id if m.cache_id is not None else 'positional (v2)'})",
+            file=out,
+        )
+        print(
+            f"format      v{m.format_version}, compression {', '.join(algos) or 'none'}, "
+            f"record checksums {'yes' if m.checksums else 'no'}",
+            file=out,
+        )
         print(f"samples     {m.sample_count:,}", file=out)
         print(f"shards      {len(m.shards)} files, {shard_bytes:,} bytes stored, {raw_bytes:,} payload bytes", file=out)
         if m.dictionary is not None:
             d = m.dictionary
-            print(f"dictionary  {d.file}: {d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 {d.sha256[:16]}...",
-                  file=out)
+            print(
+                f"dictionary  {d.file}: {d.byte_len:,} bytes, dictionary id {d.dict_id}, sha256 {d.sha256[:16]}...",
+                file=out,
+            )
         print("schema", file=out)
         for name, kind in m.metadata_schema:
             print(f"  {name:<24} {kind}", file=out)
@@ -176,8 +205,11 @@ def _print_text(report: Report, out: TextIO) -> None:
         print(f"  {name:<24} {what}", file=out)
     for name, what in report.problems:
         print(f"  {name or '.':<24} DAMAGED: {what}", file=out)
-    print(f"status      {report.status}" + (f" ({len(report.problems)} problem{'s' if len(report.problems) > 1 else ''})"
-                                            if report.problems else ""), file=out)
+    print(
+        f"status      {report.status}"
+        + (f" ({len(report.problems)} problem{'s' if len(report.problems) > 1 else ''})" if report.problems else ""),
+        file=out,
+    )
 
 
 def run(paths: list[Path], as_json: bool, out: TextIO | None = None, err: TextIO | None = None) -> int:

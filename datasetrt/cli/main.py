@@ -29,9 +29,9 @@ from datasetrt.errors import DatasetRTError
 
 
 def _validate(cache_dirs: list[Path]) -> int:
-    from datasetrt.values.config import ReaderConfig
-    from datasetrt.dataset.cached import CachedDataset
     from datasetrt.cli.inspect import STAGING_NOTE, is_staging_dir
+    from datasetrt.dataset.cached import CachedDataset
+    from datasetrt.values.config import ReaderConfig
 
     failures = 0
     for cache_dir in cache_dirs:
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         from datasetrt.cli import pss
 
         return pss.main(argv[1:])
-    parser = argparse.ArgumentParser(prog="datasetrt", description="Inspect and validate datasetrt / dataset-rt caches.")
+    parser = argparse.ArgumentParser(
+        prog="datasetrt", description="Inspect and validate datasetrt / dataset-rt caches."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pss", add_help=False, help="memory (PSS/USS/RSS) of a command's process tree: datasetrt pss --help")
     p_inspect = sub.add_parser("inspect", help="manifest summary, schema, counts, sizes, damaged files")
@@ -83,4 +85,3 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetRTError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-

@@ -78,8 +78,17 @@ def sample_tree(root: psutil.Process, names: dict[int, str]) -> list[dict]:
             continue  # exiting: its address space is already gone
         if proc.pid not in names:
             names[proc.pid] = short_name(proc)
-        rows.append({"pid": proc.pid, "ppid": ppid, "name": names[proc.pid], "pss": info.pss, "uss": info.uss,
-                     "rss": info.rss, "shared": info.rss - info.uss})
+        rows.append(
+            {
+                "pid": proc.pid,
+                "ppid": ppid,
+                "name": names[proc.pid],
+                "pss": info.pss,
+                "uss": info.uss,
+                "rss": info.rss,
+                "shared": info.rss - info.uss,
+            }
+        )
     return rows
 
 
@@ -87,7 +96,7 @@ def steady_value(values: list[float]) -> float:
     """Median of the last half of `values` (the last one alone when there is one)."""
     if not values:
         return 0.0
-    return float(statistics.median(values[len(values) // 2:]))
+    return float(statistics.median(values[len(values) // 2 :]))
 
 
 def read_marks(path: str | None) -> dict[str, float]:
@@ -113,8 +122,18 @@ def summarize(samples: list[tuple[float, list[dict]]], marks: dict[str, float]) 
     per_proc: dict[int, dict] = {}
     for t, rows in samples:
         for r in rows:
-            p = per_proc.setdefault(r["pid"], {"pid": r["pid"], "ppid": r["ppid"], "name": r["name"], "samples": 0,
-                                               "first_t": t, **{f: [] for f in FIGURES}, **{f"w_{f}": [] for f in FIGURES}})
+            p = per_proc.setdefault(
+                r["pid"],
+                {
+                    "pid": r["pid"],
+                    "ppid": r["ppid"],
+                    "name": r["name"],
+                    "samples": 0,
+                    "first_t": t,
+                    **{f: [] for f in FIGURES},
+                    **{f"w_{f}": [] for f in FIGURES},
+                },
+            )
             p["samples"] += 1
             for f in FIGURES:
                 p[f].append(r[f])
@@ -133,8 +152,12 @@ def summarize(samples: list[tuple[float, list[dict]]], marks: dict[str, float]) 
     for f in FIGURES:
         total[f"peak_{f}"] = max(totals[f], default=0)
         total[f"steady_{f}"] = steady_value(wtotals[f])
-    return {"processes": processes, "total": total, "marks": marks,
-            "steady_samples": len(in_window) - len(in_window) // 2}
+    return {
+        "processes": processes,
+        "total": total,
+        "marks": marks,
+        "steady_samples": len(in_window) - len(in_window) // 2,
+    }
 
 
 def report(summary: dict, header: str) -> str:
@@ -149,10 +172,12 @@ def report(summary: dict, header: str) -> str:
         lines.append(row(str(p["pid"]), p["name"], p, p["samples"]))
     t = summary["total"]
     lines.append(row("total", f"({t['processes']} processes)", t, t["samples"]))
-    lines.append("MiB; steady = median of the last half of the samples"
-                 + (" between the steady-start/steady-end marks" if summary["marks"] else "")
-                 + "; total peak = peak of the per-sample sum;"
-                 " total RSS counts a shared page once per process mapping it, total PSS once")
+    lines.append(
+        "MiB; steady = median of the last half of the samples"
+        + (" between the steady-start/steady-end marks" if summary["marks"] else "")
+        + "; total peak = peak of the per-sample sum;"
+        " total RSS counts a shared page once per process mapping it, total PSS once"
+    )
     return "\n".join(lines)
 
 
@@ -163,11 +188,21 @@ def write_csv(path: str, samples: list[tuple[float, list[dict]]], t0: float) -> 
         for t, rows in samples:
             for r in rows:
                 w.writerow([f"{t - t0:.4f}", f"{t:.4f}", r["pid"], r["ppid"], r["name"], *(r[k] for k in FIGURES)])
-            w.writerow([f"{t - t0:.4f}", f"{t:.4f}", "total", "", f"{len(rows)} processes",
-                        *(sum(r[k] for r in rows) for k in FIGURES)])
+            w.writerow(
+                [
+                    f"{t - t0:.4f}",
+                    f"{t:.4f}",
+                    "total",
+                    "",
+                    f"{len(rows)} processes",
+                    *(sum(r[k] for r in rows) for k in FIGURES),
+                ]
+            )
 
 
-def write_png(path: str, samples: list[tuple[float, list[dict]]], t0: float, marks: dict[str, float], title: str) -> None:
+def write_png(
+    path: str, samples: list[tuple[float, list[dict]]], t0: float, marks: dict[str, float], title: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -192,15 +227,22 @@ def parse_args(argv: list[str], prog: str = "datasetrt pss") -> tuple[argparse.N
     command: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, command = argv[:i], argv[i + 1:]
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        argv, command = argv[:i], argv[i + 1 :]
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pid", type=int, default=None, help="attach to this process (and its descendants)")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between samples (default 0.1)")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    parser.add_argument("--csv", default=None, metavar="FILE", help="write every sample (one row per process, plus a 'total' row)")
-    parser.add_argument("--png", default=None, metavar="FILE",
-                        help="plot total PSS (and USS) over time (needs matplotlib: the bench extra)")
+    parser.add_argument(
+        "--csv", default=None, metavar="FILE", help="write every sample (one row per process, plus a 'total' row)"
+    )
+    parser.add_argument(
+        "--png",
+        default=None,
+        metavar="FILE",
+        help="plot total PSS (and USS) over time (needs matplotlib: the bench extra)",
+    )
     parser.add_argument("--json", default=None, metavar="FILE", help="write the summary as JSON")
     parser.add_argument("--quiet", action="store_true", help="no report on stderr")
     args = parser.parse_args(argv)
@@ -212,9 +254,12 @@ def parse_args(argv: list[str], prog: str = "datasetrt pss") -> tuple[argparse.N
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            parser.exit(2, f"{prog}: --png needs matplotlib, which is not installed in this environment "
-                           f"({sys.executable}): install datasetrt's bench extra (pip install \"datasetrt[bench]\") "
-                           "or matplotlib, or drop --png\n")
+            parser.exit(
+                2,
+                f"{prog}: --png needs matplotlib, which is not installed in this environment "
+                f'({sys.executable}): install datasetrt\'s bench extra (pip install "datasetrt[bench]") '
+                "or matplotlib, or drop --png\n",
+            )
     return args, command
 
 
@@ -286,11 +331,22 @@ def main(argv: list[str], prog: str = "datasetrt pss") -> int:
     if mark_file:
         os.unlink(mark_file)
     summary = summarize(samples, marks)
-    how = ("stopped by --duration" if timed_out else f"exited with code {code}") if child is not None else (
-        "sampling stopped by --duration" if timed_out else "exited")
-    header = (f"{prog}: {label[:120]} {how} after {elapsed:.2f} s; {len(samples)} samples every {args.interval:g} s")
-    summary.update({"command": command or None, "pid": root.pid, "exit_code": code if child is not None else None,
-                    "elapsed_s": elapsed, "interval_s": args.interval, "timed_out": timed_out})
+    how = (
+        ("stopped by --duration" if timed_out else f"exited with code {code}")
+        if child is not None
+        else ("sampling stopped by --duration" if timed_out else "exited")
+    )
+    header = f"{prog}: {label[:120]} {how} after {elapsed:.2f} s; {len(samples)} samples every {args.interval:g} s"
+    summary.update(
+        {
+            "command": command or None,
+            "pid": root.pid,
+            "exit_code": code if child is not None else None,
+            "elapsed_s": elapsed,
+            "interval_s": args.interval,
+            "timed_out": timed_out,
+        }
+    )
     if args.csv:
         write_csv(args.csv, samples, t0)
     if args.png and samples:

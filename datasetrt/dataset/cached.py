@@ -90,7 +90,6 @@ def _check_paths(paths: Any) -> list[Path]:
     return [Path(p) for p in items]
 
 
-
 class CachedDataset:
     """A deterministic view over one or more caches.
 
@@ -99,8 +98,9 @@ class CachedDataset:
     window at the first `next()`; concurrent iterators are independent.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig,
-                 runtime: ReadRuntime | None = None) -> None:
+    def __init__(
+        self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig, runtime: ReadRuntime | None = None
+    ) -> None:
         if not isinstance(reader_config, ReaderConfig):
             raise ArgumentTypeError(f"reader_config must be a ReaderConfig, got {type(reader_config).__name__}")
         self.cache_paths: list[Path] = _check_paths(paths)
@@ -113,7 +113,9 @@ class CachedDataset:
         schema = self._handles[0].manifest.metadata_schema
         for handle in self._handles[1:]:
             if handle.manifest.metadata_schema != schema:
-                raise CacheFormatError(f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}")
+                raise CacheFormatError(
+                    f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}"
+                )
         self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
@@ -155,15 +157,24 @@ class CachedDataset:
         if epoch_len < 1:
             raise ConfigError("epoch_len must be at least 1")
         if epoch_len > sys.maxsize:
-            raise ArgumentOverflowError(f"int too big to convert (epoch_len must be <= {sys.maxsize}, as len() requires)")
+            raise ArgumentOverflowError(
+                f"int too big to convert (epoch_len must be <= {sys.maxsize}, as len() requires)"
+            )
         self._epoch_len = epoch_len
 
-    def _window(self, population: Population, start: int, length: int, shuffle: bool | None = None,
-                seed: int | None = None) -> Window | PlanWindow:
+    def _window(
+        self, population: Population, start: int, length: int, shuffle: bool | None = None, seed: int | None = None
+    ) -> Window | PlanWindow:
         """The one place a window is built: `length` positions of the dataset's order over
         `population` from dataset position `start` (`sampling.orders.window`)."""
-        return orders.window(population, start, length, shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
-                             seed=self._seed if seed is None else seed, sampling=self.reader_config.sampling)
+        return orders.window(
+            population,
+            start,
+            length,
+            shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
+            seed=self._seed if seed is None else seed,
+            sampling=self.reader_config.sampling,
+        )
 
     def _plan(self, population: Population) -> Any:
         """The position plan of the dataset's shuffled windows over `population` (None: dataset-rt's draws)."""
@@ -202,8 +213,15 @@ class CachedDataset:
             self._stages.resume_end = None
             return window
 
-    def plan_window(self, start: int, length: int, *, population: Population | None = None,
-                    shuffle: bool | None = None, seed: int | None = None) -> Window | PlanWindow:
+    def plan_window(
+        self,
+        start: int,
+        length: int,
+        *,
+        population: Population | None = None,
+        shuffle: bool | None = None,
+        seed: int | None = None,
+    ) -> Window | PlanWindow:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
         loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
@@ -215,16 +233,24 @@ class CachedDataset:
             population.cumulative()
         return window
 
-    def population_rows(self, population: Population | None = None, *,
-                        expand_physical: bool = False) -> ActiveRows | None:
+    def population_rows(
+        self, population: Population | None = None, *, expand_physical: bool = False
+    ) -> ActiveRows | None:
         """`population`'s (default: the current one's) rows: cache_pos int64, sample_id uint64,
         weights float64, in table order. The physical population is None, or with
         `expand_physical` every physical sample with weight 1.0."""
         population = self._population if population is None else population
         return population.rows() if expand_physical else population.active
 
-    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray, *,
-                             source: Population | None = None, selection: np.ndarray | None = None) -> Population:
+    def population_from_rows(
+        self,
+        cache_pos: np.ndarray,
+        sample_id: np.ndarray,
+        weights: np.ndarray,
+        *,
+        source: Population | None = None,
+        selection: np.ndarray | None = None,
+    ) -> Population:
         """A population of these rows (e.g. a selection of `population_rows()`: trusted), for
         `plan_window` (`sampling.populations.from_rows`: `source` and `selection` keep its
         mixture or curriculum)."""
@@ -241,19 +267,34 @@ class CachedDataset:
     def order_identity(self, population: Population | None = None) -> str:
         """What orders `population`'s (default: the current one's) shuffled windows, for resume
         states (`sampling.orders.order_identity`)."""
-        return orders.order_identity(self._population if population is None else population, self.reader_config.sampling)
+        return orders.order_identity(
+            self._population if population is None else population, self.reader_config.sampling
+        )
 
-    def read_window(self, window: Window | PlanWindow, transform: Callable[[CachedSample], Any] | None = None, *,
-                    in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]:
+    def read_window(
+        self,
+        window: Window | PlanWindow,
+        transform: Callable[[CachedSample], Any] | None = None,
+        *,
+        in_process: bool = False,
+        check_embedded: bool | None = None,
+    ) -> Iterator[Any]:
         """The samples of `window` (or of a share of one) in window order, each passed through
         `transform`: read as `iter(self)` reads (the runtime's workers if the dataset has them),
         or with `in_process` by this thread's reader here (code that is itself a worker process).
         `check_embedded` overrides validate_cache's check of embedded metadata."""
         return self._reads.samples(window, transform, in_process=in_process, check_embedded=check_embedded)
 
-    def read_window_batches(self, window: Window | PlanWindow, batch_size: int, *, with_metadata: bool = True,
-                            in_process: bool = False, check_embedded: bool | None = None,
-                            buffers: Any = None) -> Iterator[SampleBatch]:
+    def read_window_batches(
+        self,
+        window: Window | PlanWindow,
+        batch_size: int,
+        *,
+        with_metadata: bool = True,
+        in_process: bool = False,
+        check_embedded: bool | None = None,
+        buffers: Any = None,
+    ) -> Iterator[SampleBatch]:
         """`window` (or a share of one) as `SampleBatch`es of `batch_size` consecutive positions
         (the last one shorter), read as `iter_batches` reads (leased ring slots of the runtime's
         workers, if the dataset has them), or with `in_process` by this thread's reader here.
@@ -265,8 +306,15 @@ class CachedDataset:
             raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
         if buffers is not None and not in_process:
             raise ConfigError("read_window_batches: buffers= needs in_process=True (ring slots are the runtime's)")
-        return self._reads.batches(window, batch_size, False, self._tables.arrow if with_metadata else None,
-                                   self._reads.builder(check_embedded), in_process, buffers)
+        return self._reads.batches(
+            window,
+            batch_size,
+            False,
+            self._tables.arrow if with_metadata else None,
+            self._reads.builder(check_embedded),
+            in_process,
+            buffers,
+        )
 
     def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
         """Columns `names` of the caches' own metadata tables (metadata.arrow) for the samples
@@ -309,7 +357,9 @@ class CachedDataset:
     def _iterate(self) -> Iterator[CachedSample]:
         yield from self._stages.reads(self.reserve_window(), self.read_window, False)
 
-    def iter_batches(self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True) -> Iterator[SampleBatch]:
+    def iter_batches(
+        self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True
+    ) -> Iterator[SampleBatch]:
         """Iterate one window (len(self) samples, same order as `iter(self)`) as `SampleBatch`es
         of `batch_size` (the last one shorter unless drop_last). Reserves its window at the
         first next(), like __iter__. No Python object is created per sample.
@@ -319,9 +369,13 @@ class CachedDataset:
         return self._iterate_batches(batch_size, drop_last, with_metadata)
 
     def _iterate_batches(self, batch_size: int, drop_last: bool, with_metadata: bool) -> Iterator[SampleBatch]:
-        read = functools.partial(self._reads.batches, batch_size=batch_size, drop_last=drop_last,
-                                 table_of=self._tables.arrow if with_metadata else None,
-                                 builder=self._reads.sample_builder)
+        read = functools.partial(
+            self._reads.batches,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            table_of=self._tables.arrow if with_metadata else None,
+            builder=self._reads.sample_builder,
+        )
         yield from self._stages.reads(self.reserve_window(), read, True)
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
@@ -403,7 +457,9 @@ class CachedDataset:
         if order is not None and not isinstance(order, kind):
             raise ArgumentTypeError(f"{method} expects a datasetrt.{kind.__name__} or None, got {type(order).__name__}")
         if order is not None and not self.reader_config.shuffle:
-            raise ConfigError(f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)")
+            raise ConfigError(
+                f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)"
+            )
         population = self._ordered(self._population.with_order(None, None), order)
         with self._lock:
             self._population = population

@@ -58,8 +58,14 @@ class DatasetReads:
     Thread-safe as the dataset is: per-thread readers; the builders and the cached sizes are
     computed idempotently."""
 
-    def __init__(self, handles: Sequence[CacheHandle], cache_ids: np.ndarray, reader_config: ReaderConfig,
-                 payload_spec: PayloadSpec | None, runtime: ReadRuntime | None) -> None:
+    def __init__(
+        self,
+        handles: Sequence[CacheHandle],
+        cache_ids: np.ndarray,
+        reader_config: ReaderConfig,
+        payload_spec: PayloadSpec | None,
+        runtime: ReadRuntime | None,
+    ) -> None:
         self.handles = list(handles)
         self.cache_ids = cache_ids
         self.config = reader_config
@@ -102,8 +108,14 @@ class DatasetReads:
 
     # -- samples -------------------------------------------------------------------------------
 
-    def samples(self, window: Any, transform: Callable[[CachedSample], Any] | None, *, in_process: bool,
-                check_embedded: bool | None) -> Iterator[Any]:
+    def samples(
+        self,
+        window: Any,
+        transform: Callable[[CachedSample], Any] | None,
+        *,
+        in_process: bool,
+        check_embedded: bool | None,
+    ) -> Iterator[Any]:
         """The samples of `window` in window order, each through `transform`."""
         if window.length == 0:
             return iter(())
@@ -132,8 +144,16 @@ class DatasetReads:
 
     # -- batches -------------------------------------------------------------------------------
 
-    def batches(self, window: Any, batch_size: int, drop_last: bool, table_of: Callable[[Population], Any] | None,
-                builder: SampleBuilder, in_process: bool = False, buffers: Any = None) -> Iterator[SampleBatch]:
+    def batches(
+        self,
+        window: Any,
+        batch_size: int,
+        drop_last: bool,
+        table_of: Callable[[Population], Any] | None,
+        builder: SampleBuilder,
+        in_process: bool = False,
+        buffers: Any = None,
+    ) -> Iterator[SampleBatch]:
         """`window` as SampleBatches of `batch_size` in order: leased ring slots through the
         runtime's workers, or in-process batches gathered straight into private buffers (or
         `buffers`' arrays). `table_of(population)` gives the table a batch's metadata rows come
@@ -149,12 +169,18 @@ class DatasetReads:
         if not in_process and self.with_workers:
             assert self.runtime is not None
             try:
-                packed = BatchRun(self.run_spec(window, batch_size), self.runtime.running_pool, shape,
-                                  pool_running=self.runtime.workers_launched)
+                packed = BatchRun(
+                    self.run_spec(window, batch_size),
+                    self.runtime.running_pool,
+                    shape,
+                    pool_running=self.runtime.workers_launched,
+                )
             except ResourceLimitError:
                 # A slot per batch exceeds the memory limit: small record slots, one copy per batch.
                 labels = [str(h.path) for h in self.handles]
-                yield from maker.from_chunks(self.chunks(window, batch_size), batch_size, drop_last, shape.check, labels)
+                yield from maker.from_chunks(
+                    self.chunks(window, batch_size), batch_size, drop_last, shape.check, labels
+                )
                 return
         else:
             reader = self.reader()
@@ -181,10 +207,15 @@ class DatasetReads:
         assert self.runtime is not None
         cfg = self.config
         return RunSpec(
-            caches=self.worker_caches, window=window, num_workers=self.runtime.num_workers,
-            prefetch_size=cfg.prefetch_size, max_record_bytes=self.max_record_bytes,
+            caches=self.worker_caches,
+            window=window,
+            num_workers=self.runtime.num_workers,
+            prefetch_size=cfg.prefetch_size,
+            max_record_bytes=self.max_record_bytes,
             memory_limit_bytes=cfg.memory_limit_bytes or self.default_memory_limit,
-            timeout_s=cfg.worker_timeout_s, fallback=self.reader(), rows_hint=rows_hint,
+            timeout_s=cfg.worker_timeout_s,
+            fallback=self.reader(),
+            rows_hint=rows_hint,
         )
 
     @functools.cached_property

@@ -13,15 +13,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
-from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 from datasetrt.dataset.cached import CachedDataset
 from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
 from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.results import CacheWriteSuccess
 from datasetrt.runtime.pool import WorkerPool
+from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 
 class CacheSourcesDatasetSuccess(NamedTuple):
@@ -34,7 +34,7 @@ class CacheSourcesDatasetError(NamedTuple):
     message: str
 
 
-CacheSourcesDatasetResult = Union[CacheSourcesDatasetSuccess, CacheSourcesDatasetError]
+CacheSourcesDatasetResult = CacheSourcesDatasetSuccess | CacheSourcesDatasetError
 
 for _cls in (CacheSourcesDatasetSuccess, CacheSourcesDatasetError):
     _cls.__module__ = "datasetrt.api"
@@ -104,7 +104,9 @@ class DatasetRuntime:
         if self._num_workers < 2:
             return None
         if self._writer_threads is None:
-            self._writer_threads = ThreadPoolExecutor(max_workers=self._num_workers, thread_name_prefix="datasetrt-writer")
+            self._writer_threads = ThreadPoolExecutor(
+                max_workers=self._num_workers, thread_name_prefix="datasetrt-writer"
+            )
         return self._writer_threads
 
     def close(self) -> None:
@@ -133,13 +135,21 @@ class DatasetRuntime:
     def __reduce__(self) -> Any:
         raise TypeError("cannot pickle 'DatasetRuntime' object")
 
-    def write_cache(self, sources: Any, path: str | os.PathLike, *,
-                    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> list:
+    def write_cache(
+        self, sources: Any, path: str | os.PathLike, *, writer_config: WriterConfig = DEFAULT_WRITER_CONFIG
+    ) -> list:
         """Write one source or a list of sources under `path`; one result per source, in order."""
         return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
 
-    def _write(self, sources: Any, path: Any, writer_config: WriterConfig, *, reuse_existing: bool,
-               reader_config: ReaderConfig | None) -> list:
+    def _write(
+        self,
+        sources: Any,
+        path: Any,
+        writer_config: WriterConfig,
+        *,
+        reuse_existing: bool,
+        reader_config: ReaderConfig | None,
+    ) -> list:
         from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
 
         if not isinstance(writer_config, WriterConfig):
@@ -153,9 +163,16 @@ class DatasetRuntime:
         profiles: list = []
         check = _reuse_checker(writer_config) if reuse_existing else None
         try:
-            results, _ = write_sources(items, Path(path), writer_config, pool=self._compression_threads(),
-                                       progress=progress, reuse_existing=reuse_existing, check_reused=check,
-                                       profiles=profiles)
+            results, _ = write_sources(
+                items,
+                Path(path),
+                writer_config,
+                pool=self._compression_threads(),
+                progress=progress,
+                reuse_existing=reuse_existing,
+                check_reused=check,
+                profiles=profiles,
+            )
         finally:
             if progress is not None:
                 progress.close()
@@ -166,8 +183,14 @@ class DatasetRuntime:
     def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
         return CachedDataset(paths, reader_config=reader_config, runtime=self)
 
-    def from_cache_sources(self, sources: Any, path: str | os.PathLike, *, reader_config: ReaderConfig,
-                           writer_config: WriterConfig = DEFAULT_WRITER_CONFIG) -> Any:
+    def from_cache_sources(
+        self,
+        sources: Any,
+        path: str | os.PathLike,
+        *,
+        reader_config: ReaderConfig,
+        writer_config: WriterConfig = DEFAULT_WRITER_CONFIG,
+    ) -> Any:
         """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
         items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
         if not items:

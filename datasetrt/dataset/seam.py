@@ -58,8 +58,13 @@ class CursorState:
         """Integers in range for a population of `rows` rows: cursor in [0, max(rows, 1)), draw
         offset a u64, epoch_len None or >= 1."""
         cursor, offset, epoch_len = self.cursor, self.draw_offset, self.epoch_len
-        return (type(cursor) is int and 0 <= cursor < max(rows, 1) and type(offset) is int
-                and 0 <= offset < 1 << 64 and (epoch_len is None or (type(epoch_len) is int and epoch_len >= 1)))
+        return (
+            type(cursor) is int
+            and 0 <= cursor < max(rows, 1)
+            and type(offset) is int
+            and 0 <= offset < 1 << 64
+            and (epoch_len is None or (type(epoch_len) is int and epoch_len >= 1))
+        )
 
 
 @dataclass(frozen=True)
@@ -95,15 +100,29 @@ class DatasetSeam(Protocol):
 
     def reserve_window(self) -> Window | PlanWindow: ...
 
-    def plan_window(self, start: int, length: int, *, population: Population | None = None,
-                    shuffle: bool | None = None, seed: int | None = None) -> Window | PlanWindow: ...
+    def plan_window(
+        self,
+        start: int,
+        length: int,
+        *,
+        population: Population | None = None,
+        shuffle: bool | None = None,
+        seed: int | None = None,
+    ) -> Window | PlanWindow: ...
 
-    def population_rows(self, population: Population | None = None, *,
-                        expand_physical: bool = False) -> ActiveRows | None: ...
+    def population_rows(
+        self, population: Population | None = None, *, expand_physical: bool = False
+    ) -> ActiveRows | None: ...
 
-    def population_from_rows(self, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray, *,
-                             source: Population | None = None,
-                             selection: np.ndarray | None = None) -> Population: ...
+    def population_from_rows(
+        self,
+        cache_pos: np.ndarray,
+        sample_id: np.ndarray,
+        weights: np.ndarray,
+        *,
+        source: Population | None = None,
+        selection: np.ndarray | None = None,
+    ) -> Population: ...
 
     def export_population(self, population: Population) -> PopulationExport | None: ...
 
@@ -111,15 +130,29 @@ class DatasetSeam(Protocol):
 
     def order_identity(self, population: Population | None = None) -> str: ...
 
-    def read_window(self, window: Window | PlanWindow, transform: Callable[[CachedSample], Any] | None = None, *,
-                    in_process: bool = False, check_embedded: bool | None = None) -> Iterator[Any]: ...
+    def read_window(
+        self,
+        window: Window | PlanWindow,
+        transform: Callable[[CachedSample], Any] | None = None,
+        *,
+        in_process: bool = False,
+        check_embedded: bool | None = None,
+    ) -> Iterator[Any]: ...
 
-    def read_window_batches(self, window: Window | PlanWindow, batch_size: int, *, with_metadata: bool = True,
-                            in_process: bool = False, check_embedded: bool | None = None,
-                            buffers: Any = None) -> Iterator[SampleBatch]: ...
+    def read_window_batches(
+        self,
+        window: Window | PlanWindow,
+        batch_size: int,
+        *,
+        with_metadata: bool = True,
+        in_process: bool = False,
+        check_embedded: bool | None = None,
+        buffers: Any = None,
+    ) -> Iterator[SampleBatch]: ...
 
-    def iter_batches(self, batch_size: int, *, drop_last: bool = False,
-                     with_metadata: bool = True) -> Iterator[SampleBatch]: ...
+    def iter_batches(
+        self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True
+    ) -> Iterator[SampleBatch]: ...
 
     def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]: ...
 

@@ -69,7 +69,8 @@ class StageReads:
             raise LoaderStateError(
                 f"advance(): a torch dataset ({', '.join(holders)}, from to_torch_iterable_dataset) reads this "
                 "dataset's curriculum; its DataLoader workers plan from their own copy, which advance() cannot "
-                "change. Advance through iter(ds) / iter_batches without it (docs/sampling.md)")
+                "change. Advance through iter(ds) / iter_batches without it (docs/sampling.md)"
+            )
         return plan.advance(self.position(plan, draw_offset))
 
     def cut(self, window: Any) -> Any:
@@ -140,8 +141,15 @@ class StageReads:
         else:
             pending = self.resume_end
             position, end = draw_offset, (pending[1] if pending is not None and pending[0] is plan else None)
-        return {"kind": DATASET_STATE_KIND, "version": DATASET_STATE_VERSION, "sampling": identity,
-                "epoch_len": epoch_len, "position": position, "window_end": end, "plan": plan.state_dict(position)}
+        return {
+            "kind": DATASET_STATE_KIND,
+            "version": DATASET_STATE_VERSION,
+            "sampling": identity,
+            "epoch_len": epoch_len,
+            "position": position,
+            "window_end": end,
+            "plan": plan.state_dict(position),
+        }
 
     def load(self, plan: CurriculumPlan, state: Mapping[str, Any], identity: str) -> tuple[int, int | None]:
         """Check `state` against this dataset and load its plan state; returns (position,
@@ -151,11 +159,14 @@ class StageReads:
         if state.get("version") != DATASET_STATE_VERSION:
             raise SamplingStateError(f"unsupported dataset state version {state.get('version')!r}")
         if self.live is not None and self.live.plan is plan:
-            raise SamplingStateError("load_state_dict(): an iterator of this dataset is still reading; "
-                                     "close it (or let it finish) first")
+            raise SamplingStateError(
+                "load_state_dict(): an iterator of this dataset is still reading; close it (or let it finish) first"
+            )
         if state.get("sampling") != identity:
-            raise SamplingStateError(f"the state is of another order (state {state.get('sampling')!r}, here "
-                                     f"{identity!r}): set the same curriculum over the same table first")
+            raise SamplingStateError(
+                f"the state is of another order (state {state.get('sampling')!r}, here "
+                f"{identity!r}): set the same curriculum over the same table first"
+            )
         position, end, epoch_len = state.get("position"), state.get("window_end"), state.get("epoch_len")
         if type(position) is not int or position < 0 or not (end is None or (type(end) is int and end > position)):
             raise SamplingStateError(f"dataset state has an invalid position {position!r} or window_end {end!r}")
@@ -179,6 +190,7 @@ def curriculum_plan(plan: Any, method: str | None) -> CurriculumPlan | None:
     if isinstance(plan, CurriculumPlan):
         return plan
     if method is not None:
-        raise SamplingStateError(f"{method} needs a curriculum (set_curriculum); other orders resume through "
-                                 "the torch loaders' states")
+        raise SamplingStateError(
+            f"{method} needs a curriculum (set_curriculum); other orders resume through the torch loaders' states"
+        )
     return None

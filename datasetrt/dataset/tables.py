@@ -71,7 +71,9 @@ class DatasetTables:
         if missing:
             raise ConfigError(f"no metadata column {missing[0]!r}; the columns are {table.column_names}")
         catalog = self.catalog
-        rows = catalog.offsets[catalog.positions(np.asarray(cache_id, dtype=np.uint64))] + np.asarray(sample_id, dtype=np.int64)
+        rows = catalog.offsets[catalog.positions(np.asarray(cache_id, dtype=np.uint64))] + np.asarray(
+            sample_id, dtype=np.int64
+        )
         part = table.select(list(names)).take(rows)
         return {n: part.column(n).to_numpy() for n in names}
 

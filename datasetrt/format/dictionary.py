@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datasetrt.values.codecs import CODEC_BY_NAME
 from datasetrt.errors import CacheFormatError, CacheIOError, CodecError, ConfigError, IntegrityError
 
 if TYPE_CHECKING:
@@ -120,12 +119,16 @@ def read_checked(cache_dir: Path | str, entry: DictionaryFile) -> tuple[bytes, o
     except OSError as exc:
         raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
     if len(data) != entry.byte_len:
-        raise CacheFormatError(f"dictionary length mismatch for {path}: {len(data)} bytes, manifest byte_len {entry.byte_len}")
+        raise CacheFormatError(
+            f"dictionary length mismatch for {path}: {len(data)} bytes, manifest byte_len {entry.byte_len}"
+        )
     if hashlib.sha256(data).hexdigest() != entry.sha256:
         raise IntegrityError(f"checksum mismatch for {path}")
     found = dictionary_id(data)
     if found != entry.dict_id:
-        raise CacheFormatError(f"dictionary id mismatch for {path}: the file has id {found}, the manifest says {entry.dict_id}")
+        raise CacheFormatError(
+            f"dictionary id mismatch for {path}: the file has id {found}, the manifest says {entry.dict_id}"
+        )
     return data, st
 
 
@@ -148,9 +151,11 @@ def train_state(payloads: list[bytes], capacity: int) -> bytes:
     # zstd 1.5.4-1.5.7) when those hold under 8 bytes instead of returning an error: refuse first.
     training = sum(len(p) for p in payloads[: int(len(payloads) * TRAIN_SPLIT)])
     if training < MIN_TRAINING_BYTES:
-        raise CodecError(f"zstd_dict training failed on {len(payloads)} samples of {sum(map(len, payloads))} bytes: "
-                         f"their first {TRAIN_SPLIT:.0%} hold {training} bytes, under the {MIN_TRAINING_BYTES} "
-                         "the trainer needs")
+        raise CodecError(
+            f"zstd_dict training failed on {len(payloads)} samples of {sum(map(len, payloads))} bytes: "
+            f"their first {TRAIN_SPLIT:.0%} hold {training} bytes, under the {MIN_TRAINING_BYTES} "
+            "the trainer needs"
+        )
     try:
         trained = zstandard.train_dictionary(capacity, list(payloads), d=8, f=20, steps=4, accel=1, threads=0)
     except zstandard.ZstdError as exc:

@@ -28,7 +28,7 @@ _SHOWN_CHARS = 80  # a value quoted in a message is cut to this many characters 
 
 
 def where(sample: int | None, column: str | None = None) -> str:
-    """"sample 5, column 'label'" (the parts that are known) for messages; "" when neither is."""
+    """ "sample 5, column 'label'" (the parts that are known) for messages; "" when neither is."""
     parts = [] if sample is None else [f"sample {sample}"]
     if column is not None:
         parts.append(f"column {column!r}")
@@ -39,7 +39,7 @@ def shown(value: Any) -> str:
     """A value as a message quotes it: its type and repr, the repr cut to _SHOWN_CHARS."""
     try:
         text = repr(value)
-    except Exception:  # noqa: BLE001 - a user object's __repr__ may raise anything
+    except Exception:
         text = f"<{type(value).__name__} object>"
     if len(text) > _SHOWN_CHARS:
         text = text[: _SHOWN_CHARS - 3] + "..."
@@ -117,18 +117,21 @@ class MetadataSchema:
         checked = check_metadata_mapping(first, sample)
         if not checked:
             # dataset-rt's wording (arrow-rs refuses a zero-column batch), then what it means here.
-            raise _reject(EMPTY_METADATA, sample, None,
-                          "the metadata is an empty dict {}; a source's samples need at least one metadata column")
+            raise _reject(
+                EMPTY_METADATA,
+                sample,
+                None,
+                "the metadata is an empty dict {}; a source's samples need at least one metadata column",
+            )
         names = sorted(str(n) for n in checked)
         for name in names:
             if name in RESERVED_COLUMNS:
-                raise _reject(f"metadata field '{name}' is reserved: cache_id, sample_id and weight are table columns",
-                              sample)
+                raise _reject(
+                    f"metadata field '{name}' is reserved: cache_id, sample_id and weight are table columns", sample
+                )
         self.names: tuple[str, ...] = tuple(names)
         self.kinds: tuple[str, ...] = tuple(normalize_value(n, checked[n], sample)[0] for n in names)
-        self._prefixes = tuple(
-            ("{" if i == 0 else ",") + encode_basestring(n) + ":" for i, n in enumerate(names)
-        )
+        self._prefixes = tuple(("{" if i == 0 else ",") + encode_basestring(n) + ":" for i, n in enumerate(names))
         self._name_set = frozenset(names)
 
     @property
@@ -141,20 +144,22 @@ class MetadataSchema:
         `sample` (its position in the source) is only used in messages."""
         md = check_metadata_mapping(metadata, sample)
         if len(md) != len(self.names):
-            raise _reject("metadata keys must be identical for every sample", sample, None,
-                          self._keys_detail(md))
+            raise _reject("metadata keys must be identical for every sample", sample, None, self._keys_detail(md))
         parts: list[str] = []
         values: list[Any] = []
         for name, kind, prefix in zip(self.names, self.kinds, self._prefixes):
             try:
                 raw = md[name]
             except KeyError:
-                raise _reject(f"metadata field '{name}' is missing", sample, None,
-                              self._keys_detail(md)) from None
+                raise _reject(f"metadata field '{name}' is missing", sample, None, self._keys_detail(md)) from None
             got_kind, value = normalize_value(name, raw, sample)
             if got_kind != kind:
-                raise _reject(f"metadata field '{name}' expected {kind}, got {got_kind}", sample, None,
-                              f"value {raw!r}"[: _SHOWN_CHARS + 6])
+                raise _reject(
+                    f"metadata field '{name}' expected {kind}, got {got_kind}",
+                    sample,
+                    None,
+                    f"value {raw!r}"[: _SHOWN_CHARS + 6],
+                )
             parts.append(prefix)
             parts.append(_encode_value(kind, value))
             values.append(value)
@@ -179,19 +184,27 @@ class MetadataSchema:
                     try:
                         text.encode("utf-8")
                     except UnicodeEncodeError as exc:
-                        return _reject(VALUE_KINDS, sample, name,
-                                       f"{what} {text[:_SHOWN_CHARS]!r} is a str that UTF-8 cannot encode "
-                                       f"({exc.reason}: {text[exc.start:exc.end]!r} at index {exc.start})")
+                        return _reject(
+                            VALUE_KINDS,
+                            sample,
+                            name,
+                            f"{what} {text[:_SHOWN_CHARS]!r} is a str that UTF-8 cannot encode "
+                            f"({exc.reason}: {text[exc.start : exc.end]!r} at index {exc.start})",
+                        )
         return _reject(VALUE_KINDS, sample, None, "a str that UTF-8 cannot encode")
 
 
 def check_metadata_mapping(metadata: Any, sample: int | None = None) -> dict:
     """The metadata must be a plain dict with str keys (dataset-rt refuses other mappings)."""
     if not isinstance(metadata, dict):
-        raise _reject("metadata must be a dict", sample, None, None if sample is None else f"got {type(metadata).__name__}")
+        raise _reject(
+            "metadata must be a dict", sample, None, None if sample is None else f"got {type(metadata).__name__}"
+        )
     for key in metadata:
         if not isinstance(key, str):  # str subclasses (np.str_, StrEnum) are accepted, as in dataset-rt
-            raise _reject("metadata keys must be strings", sample, None, None if sample is None else f"key {shown(key)}")
+            raise _reject(
+                "metadata keys must be strings", sample, None, None if sample is None else f"key {shown(key)}"
+            )
     return metadata
 
 
@@ -223,9 +236,17 @@ def unpack_input(item: Any, sample: int | None = None) -> tuple[Any, Any]:
     """Split a yielded item into (data, metadata) with dataset-rt's messages (plus the sample's
     position in its source, when given)."""
     if not isinstance(item, tuple):
-        raise _reject("CacheSource must yield CacheInput tuples", sample, None,
-                      None if sample is None else f"got {type(item).__name__}")
+        raise _reject(
+            "CacheSource must yield CacheInput tuples",
+            sample,
+            None,
+            None if sample is None else f"got {type(item).__name__}",
+        )
     if len(item) != 2:
-        raise _reject("CacheInput must contain data and metadata", sample, None,
-                      None if sample is None else f"got a tuple of {len(item)} items")
+        raise _reject(
+            "CacheInput must contain data and metadata",
+            sample,
+            None,
+            None if sample is None else f"got a tuple of {len(item)} items",
+        )
     return item[0], item[1]

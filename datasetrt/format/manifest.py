@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasetrt.values.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.errors import ManifestJSONError, MissingManifestError
-from datasetrt.values.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
@@ -28,12 +26,23 @@ from datasetrt.format.layout import (
     U63_MAX,
     U64_MAX,
 )
+from datasetrt.values.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
+from datasetrt.values.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
-_KNOWN_KEYS = frozenset((
-    "format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
-    "metadata_sha256", "index_sha256", "shards", "datasetrt",
-))
+_KNOWN_KEYS = frozenset(
+    (
+        "format_version",
+        "cache_id",
+        "source_name",
+        "sample_count",
+        "metadata_schema",
+        "metadata_sha256",
+        "index_sha256",
+        "shards",
+        "datasetrt",
+    )
+)
 EXTENSION_KEY = "datasetrt"
 # index.bin holds sample_count rows of 24 bytes and its size must fit an off_t.
 MAX_SAMPLE_COUNT = U63_MAX // INDEX_ROW_BYTES
@@ -178,8 +187,7 @@ class Manifest:
                 }
             )
         doc["shards"] = shards
-        for key, value in self.extra.items():
-            doc[key] = value
+        doc.update(self.extra)
         if self.checksums is not None:
             ext = dict(doc.get(EXTENSION_KEY, {}))
             ext["record_checksums"] = {
@@ -415,7 +423,8 @@ def _dictionary(path: Path, value: Any) -> DictionaryFile:
     for key in f.doc:
         if key not in _DICTIONARY_FIELDS:
             raise ManifestJSONError(
-                f"JSON error: unknown field `{key}`, expected one of `{'`, `'.join(_DICTIONARY_FIELDS)}`{f.where}: {path}")
+                f"JSON error: unknown field `{key}`, expected one of `{'`, `'.join(_DICTIONARY_FIELDS)}`{f.where}: {path}"
+            )
     file_name = f.string("file")
     if not _plain_name(file_name):
         raise f._bad("file", file_name, "a plain file name")
@@ -435,10 +444,12 @@ def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: Diction
     if users and dictionary is None:
         raise ManifestJSONError(
             f"JSON error: shards[{users[0]}] use {shards[users[0]].algo} but `{EXTENSION_KEY}.{DICTIONARY_KEY}` "
-            f"is missing: {path}")
+            f"is missing: {path}"
+        )
     if dictionary is not None and not users:
         raise ManifestJSONError(
-            f"JSON error: `{EXTENSION_KEY}.{DICTIONARY_KEY}` names a dictionary but no shard uses zstd_dict: {path}")
+            f"JSON error: `{EXTENSION_KEY}.{DICTIONARY_KEY}` names a dictionary but no shard uses zstd_dict: {path}"
+        )
 
 
 def _payload_spec(path: Path, value: Any) -> PayloadSpecForm:

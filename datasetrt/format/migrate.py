@@ -40,8 +40,12 @@ def update_manifests(cache_dirs: Sequence[Path], cache_ids: Sequence[int], versi
     read, parsed or replaced (its entries so far attached).
     """
     if type(version) is not int or version != 3:
-        return Err(ManifestUpdateError(AbsentManifestTarget("unsupported migration request"),
-                                       "unsupported manifest migration target; expected integer 3"))
+        return Err(
+            ManifestUpdateError(
+                AbsentManifestTarget("unsupported migration request"),
+                "unsupported manifest migration target; expected integer 3",
+            )
+        )
     entries: list[ManifestUpdateEntry] = []
     targets = [Path(d).resolve() / MANIFEST_NAME for d in cache_dirs]
     seen: set[Path] = set()

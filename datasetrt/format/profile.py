@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-
-
 _UNTIMED = nullcontext()
 
 
@@ -20,9 +18,18 @@ class StageProfile:
     """Per-stage counters (calls, total_ns, bytes) of one source; a no-op when disabled."""
 
     STAGES = (
-        "compression", "disk_write", "finish_index", "finish_manifest", "finish_metadata",
-        "ingress_wait", "metadata_validate", "publish", "python_extract", "python_next",
-        "record_encode", "shard_flush",
+        "compression",
+        "disk_write",
+        "finish_index",
+        "finish_manifest",
+        "finish_metadata",
+        "ingress_wait",
+        "metadata_validate",
+        "publish",
+        "python_extract",
+        "python_next",
+        "record_encode",
+        "shard_flush",
     )
 
     def __init__(self, enabled: bool) -> None:

@@ -25,10 +25,16 @@ class WriteProgress:
         try:
             if all(hasattr(type(s), "__len__") for s in sources):
                 total = sum(len(s) for s in sources)
-        except Exception:  # noqa: BLE001 - a source's __len__ is user code; progress is best effort
+        except Exception:
             total = None
-        self.bar = tqdm(total=total, unit=" samples", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                        desc=f"datasetrt write 0/{self.total_sources} sources")
+        self.bar = tqdm(
+            total=total,
+            unit=" samples",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            mininterval=0.5,
+            desc=f"datasetrt write 0/{self.total_sources} sources",
+        )
 
     def advance(self, samples: int, nbytes: int) -> None:
         """`samples` more records written, `nbytes` of payload before compression."""

@@ -171,8 +171,9 @@ class Staged:
 
     __slots__ = ("name", "target", "staging", "files", "nbytes", "profile")
 
-    def __init__(self, name: str, target: Path, staging: Staging, files: list[Path], nbytes: int,
-                 profile: StageProfile) -> None:
+    def __init__(
+        self, name: str, target: Path, staging: Staging, files: list[Path], nbytes: int, profile: StageProfile
+    ) -> None:
         self.name, self.target, self.staging, self.profile = name, target, staging, profile
         self.files, self.nbytes = files, nbytes
 
@@ -249,7 +250,9 @@ class Publisher:
                 try:
                     rename_noreplace(staged.staging.path, staged.target)
                 except FileExistsError:
-                    result: CacheWriteResult = CacheWriteError(staged.name, f"cache path already exists: {staged.target.absolute()}")
+                    result: CacheWriteResult = CacheWriteError(
+                        staged.name, f"cache path already exists: {staged.target.absolute()}"
+                    )
                 except OSError as exc:
                     result = CacheWriteError(staged.name, io_error_message(exc))
                 else:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from datasetrt._native.gather import DecodeState, MappedFile
-from datasetrt.values.codecs import CODEC_BY_NAME
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
 from datasetrt.format import dictionary
 from datasetrt.format.layout import (
@@ -31,6 +30,7 @@ from datasetrt.format.layout import (
     SHARDS_DIR,
 )
 from datasetrt.format.manifest import Manifest, read_manifest_stat
+from datasetrt.values.codecs import CODEC_BY_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -110,8 +110,14 @@ class CacheHandle:
             sidecar = join(root, manifest.checksums.file)
             if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
-        identity = (manifest_st.st_dev, manifest_st.st_ino, manifest_st.st_mtime_ns,
-                    index_st.st_dev, index_st.st_ino, index_st.st_mtime_ns)
+        identity = (
+            manifest_st.st_dev,
+            manifest_st.st_ino,
+            manifest_st.st_mtime_ns,
+            index_st.st_dev,
+            index_st.st_ino,
+            index_st.st_mtime_ns,
+        )
         if manifest.dictionary is not None:
             _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
             identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
@@ -139,7 +145,9 @@ class CacheHandle:
         if self._index is None:
             mapped = MappedFile(self.path / INDEX_NAME)
             if mapped.size != self.sample_count * INDEX_ROW_BYTES:
-                raise CacheFormatError(f"index row count does not match manifest: {self.path / INDEX_NAME} changed on disk")
+                raise CacheFormatError(
+                    f"index row count does not match manifest: {self.path / INDEX_NAME} changed on disk"
+                )
             self._check_still_opened()
             self._index = mapped
         return self._index
@@ -166,7 +174,9 @@ class CacheHandle:
             return None
         if self._codec_state is None:
             data, _st = dictionary.read_checked(self.path, entry)
-            codec_id = next(CODEC_BY_NAME[s.algo].codec_id for s in self.manifest.shards if CODEC_BY_NAME[s.algo].cache_state)
+            codec_id = next(
+                CODEC_BY_NAME[s.algo].codec_id for s in self.manifest.shards if CODEC_BY_NAME[s.algo].cache_state
+            )
             self._codec_state = DecodeState(codec_id, data, str(self.path / entry.file))
         return self._codec_state
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Literal, NamedTuple, TypeVar, Union
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -25,7 +25,7 @@ class CacheWriteError(NamedTuple):
     message: str
 
 
-CacheWriteResult = Union[CacheWriteSuccess, CacheWriteError]
+CacheWriteResult = CacheWriteSuccess | CacheWriteError
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Err(Generic[E]):
     error: E
 
 
-Result = Union[Ok[T], Err[E]]
+Result = Ok[T] | Err[E]
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,20 @@ class AbsentManifestTarget:
 
 @dataclass(frozen=True)
 class ManifestUpdateError:
-    path: Union[Path, AbsentManifestTarget]
+    path: Path | AbsentManifestTarget
     message: str
     entries: tuple = ()
 
 
-
-
-for _cls in (CacheWriteSuccess, CacheWriteError, Ok, Err, ManifestUpdateEntry, ManifestUpdateReport,
-             AbsentManifestTarget, ManifestUpdateError):
+for _cls in (
+    CacheWriteSuccess,
+    CacheWriteError,
+    Ok,
+    Err,
+    ManifestUpdateEntry,
+    ManifestUpdateReport,
+    AbsentManifestTarget,
+    ManifestUpdateError,
+):
     _cls.__module__ = "datasetrt.api"
 del _cls

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import SourceError
+from datasetrt.values.config import PayloadSpec
 from datasetrt.values.payloads import describe
 
 UNTYPED_FORMATS = frozenset(("B", "b", "c"))
@@ -45,15 +45,20 @@ class TypedPayloads:
         if hasattr(type(data), "__dlpack__") and not isinstance(data, memoryview):
             try:
                 arr = np.from_dlpack(data)
-            except Exception as exc:  # noqa: BLE001 - a producer's refusal (device, grad, dtype) is the message
-                raise self._refused(index, f"a {type(data).__name__!r} that cannot be read through __dlpack__ "
-                                           f"({type(exc).__name__}: {exc})") from None
+            except Exception as exc:
+                raise self._refused(
+                    index,
+                    f"a {type(data).__name__!r} that cannot be read through __dlpack__ ({type(exc).__name__}: {exc})",
+                ) from None
             return self._typed(arr, index)
         try:
             view = memoryview(data)
         except (TypeError, ValueError, BufferError):
-            raise self._refused(index, f"a {type(data).__name__!r} object, which is not bytes-like, an array, "
-                                       "a tensor or a __dlpack__ producer") from None
+            raise self._refused(
+                index,
+                f"a {type(data).__name__!r} object, which is not bytes-like, an array, "
+                "a tensor or a __dlpack__ producer",
+            ) from None
         if view.format in UNTYPED_FORMATS:
             with view:
                 return self._untyped(view, view.nbytes, index)
@@ -66,20 +71,28 @@ class TypedPayloads:
     def _untyped(self, data: Any, nbytes: int, index: int) -> bytes:
         spec = self.spec
         if not spec.fits(nbytes):
-            raise SourceError(f"{self.where} {index}: payload of {nbytes} bytes does not fit the payload spec "
-                              f"{spec}: expected {spec.expected_bytes()}")
+            raise SourceError(
+                f"{self.where} {index}: payload of {nbytes} bytes does not fit the payload spec "
+                f"{spec}: expected {spec.expected_bytes()}"
+            )
         return data if type(data) is bytes else bytes(data)
 
     def _typed(self, arr: np.ndarray, index: int) -> bytes:
         spec = self.spec
-        ok = (arr.dtype.fields is None and arr.dtype.name == spec.dtype and arr.ndim == len(spec.shape)
-              and all(arr.shape[axis] == dim for axis, dim in self.fixed))
+        ok = (
+            arr.dtype.fields is None
+            and arr.dtype.name == spec.dtype
+            and arr.ndim == len(spec.shape)
+            and all(arr.shape[axis] == dim for axis, dim in self.fixed)
+        )
         if not ok:
             raise self._refused(index, describe(_dtype_name(arr.dtype), arr.shape))
         return arr.astype(self.stored_dtype, copy=False).tobytes()
 
     def _refused(self, index: int, actual: str) -> SourceError:
-        return SourceError(f"{self.where} {index}: payload does not match the payload spec: expected {self.spec}, got {actual}")
+        return SourceError(
+            f"{self.where} {index}: payload does not match the payload spec: expected {self.spec}, got {actual}"
+        )
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -73,8 +73,6 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from datasetrt._native import codec
-from datasetrt.values.codecs import CODEC_BY_NAME, Codec
-from datasetrt.values.config import WriterConfig
 from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
 from datasetrt.format import dictionary, envelope
 from datasetrt.format.durable import start_writeback
@@ -93,8 +91,10 @@ from datasetrt.format.layout import (
 from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntry, new_manifest
 from datasetrt.format.profile import StageProfile, write_profile
 from datasetrt.format.publish import Publisher, Staged, Staging, io_error_message, remove_empty_staging_root
-from datasetrt.format.typed import TypedPayloads
 from datasetrt.format.results import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+from datasetrt.format.typed import TypedPayloads
+from datasetrt.values.codecs import CODEC_BY_NAME, Codec
+from datasetrt.values.config import WriterConfig
 
 ARROW_TYPES = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
 METADATA_CHUNK_ROWS = 65_536
@@ -120,10 +120,13 @@ def source_label(source: Any, position: int, base: Path | None = None) -> tuple[
     """
     try:
         name = source.name
-    except Exception as exc:  # noqa: BLE001 - a source's property may raise anything
+    except Exception as exc:
         return f"source[{position}]", f"Python error: {type(exc).__name__}: {exc}"
     if not isinstance(name, str):
-        return f"source[{position}]", f"Python error: TypeError: '{type(name).__name__}' object is not an instance of 'str'"
+        return (
+            f"source[{position}]",
+            f"Python error: TypeError: '{type(name).__name__}' object is not an instance of 'str'",
+        )
     if name == "":
         return f"source[{position}]", "CacheSource.name must not be empty"
     if name in (".", "..") or "/" in name:
@@ -179,8 +182,9 @@ class _Compressor:
 class _StagedCache:
     """Files of one cache being written under the staging directory; ordered commit of records."""
 
-    def __init__(self, staging: Path, name: str, config: WriterConfig, profile: StageProfile,
-                 pool: Executor | None = None) -> None:
+    def __init__(
+        self, staging: Path, name: str, config: WriterConfig, profile: StageProfile, pool: Executor | None = None
+    ) -> None:
         self.staging = staging
         self.pool = pool  # when given, groups are written (and XXH3-hashed) on one of its threads
         self.name = name
@@ -372,8 +376,10 @@ class _StagedCache:
         self._close_shard()
         with self.profile.stage("finish_metadata"):
             self._flush_columns()
-            arrays = [pa.chunked_array(chunks, type=ARROW_TYPES[kind]).combine_chunks()
-                      for chunks, kind in zip(self.column_chunks, self.schema.kinds)]
+            arrays = [
+                pa.chunked_array(chunks, type=ARROW_TYPES[kind]).combine_chunks()
+                for chunks, kind in zip(self.column_chunks, self.schema.kinds)
+            ]
             fields = [pa.field(n, ARROW_TYPES[k], nullable=False) for n, k in self.schema.items]
             batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
             metadata_sha = self._write_file(METADATA_NAME, _arrow_file_bytes(batch))
@@ -381,12 +387,15 @@ class _StagedCache:
             index_sha = self._write_file(INDEX_NAME, _le_bytes(self.index))
             sidecar = None
             if self.config.record_checksums:
-                sidecar = ChecksumSidecar(CHECKSUMS_NAME, CHECKSUM_ALGO, self._write_file(CHECKSUMS_NAME, _le_bytes(self.checksums)))
+                sidecar = ChecksumSidecar(
+                    CHECKSUMS_NAME, CHECKSUM_ALGO, self._write_file(CHECKSUMS_NAME, _le_bytes(self.checksums))
+                )
             dict_file = None
             if self.dictionary is not None:
                 data = self.dictionary
-                dict_file = DictionaryFile(DICTIONARY_NAME, dictionary.dictionary_id(data), len(data),
-                                           self._write_file(DICTIONARY_NAME, data))
+                dict_file = DictionaryFile(
+                    DICTIONARY_NAME, dictionary.dictionary_id(data), len(data), self._write_file(DICTIONARY_NAME, data)
+                )
         with self.profile.stage("finish_manifest"):
             manifest = new_manifest(
                 cache_id=cache_id_for(self.name),
@@ -411,8 +420,9 @@ class _StagedCache:
         return hashlib.sha256(data).hexdigest()
 
 
-def _write_chunks(fd: int, chunks: list, heads: list, bodies: list, sums: array | None,
-                  writeback: tuple[int, int] | None) -> array | None:
+def _write_chunks(
+    fd: int, chunks: list, heads: list, bodies: list, sums: array | None, writeback: tuple[int, int] | None
+) -> array | None:
     """One group of `_StagedCache._write_group` (maybe on a pool thread): fill `sums` with the XXH3-64
     of each record heads[i] + bodies[i], write `chunks` (the same bytes, in order) to fd, then
     start the writeback of `writeback` (offset, length) when given. Returns `sums`."""
@@ -430,7 +440,7 @@ def _writev_all(fd: int, chunks: list) -> None:
     i, n = 0, len(chunks)
     copied = False
     while i < n:
-        batch = chunks[i:i + _IOV_MAX]
+        batch = chunks[i : i + _IOV_MAX]
         left = os.writev(fd, batch)
         progressed = left > 0
         for chunk in batch:
@@ -506,7 +516,7 @@ class SourceWriter:
             iterator = iter(source)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:  # noqa: BLE001 - any source failure is a per-source error value
+        except BaseException as exc:
             raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
         jsons: list = []
         payloads: list = []
@@ -522,7 +532,7 @@ class SourceWriter:
                     js, row = staged.accept_metadata(metadata, sample)
             except (DatasetRTError, KeyboardInterrupt, SystemExit):
                 raise
-            except Exception as exc:  # noqa: BLE001 - user objects (__eq__, __hash__, buffers) may raise anything
+            except Exception as exc:
                 raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
             jsons.append(js)
             payloads.append(payload)
@@ -546,8 +556,9 @@ class _Blocks:
     cache is told which codec its shards record, and the held blocks go out first.
     """
 
-    def __init__(self, config: WriterConfig, staged: _StagedCache, pool: Executor | None,
-                 profile: StageProfile, progress: Any) -> None:
+    def __init__(
+        self, config: WriterConfig, staged: _StagedCache, pool: Executor | None, profile: StageProfile, progress: Any
+    ) -> None:
         self.policy = config.shard_compression
         self.staged, self.pool, self.profile, self.progress = staged, pool, profile, progress
         self.block_limit = max(1, min(BLOCK_RECORDS, config.prefetch_size))
@@ -635,7 +646,7 @@ def _guarded(iterator: Iterator, profile: StageProfile) -> Iterator:
             return
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             raise SourceError(f"Python error: {type(exc).__name__}: {exc}") from None
         profile.add("python_next", time.perf_counter_ns() - start)
         yield item
@@ -712,4 +723,4 @@ def write_sources(
     return results, profiles
 
 
-__all__ = ["SourceWriter", "StageProfile", "write_profile", "write_sources", "CacheIOError"]
+__all__ = ["CacheIOError", "SourceWriter", "StageProfile", "write_profile", "write_sources"]

@@ -40,12 +40,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
-from datasetrt.dataset.runtime import DatasetRuntime
+from datasetrt.dataset.runtime import CacheSourcesDatasetError, DatasetRuntime
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
-from datasetrt.dataset.runtime import CacheSourcesDatasetError
 from datasetrt.format.results import CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource
+from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 DEFAULT_MAX_RETRIES = 3
 
@@ -66,12 +65,24 @@ class RayBuild:
         return all(isinstance(r, CacheWriteSuccess) for r in self.results)
 
 
-def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, columns: Columns | None = None,
-                 payload: str | None = None, metadata: list[str] | None = None, rename: dict | None = None,
-                 payload_spec: Any = None, index_column: str | None = None,
-                 writer_config: WriterConfig = DEFAULT_WRITER_CONFIG, name_prefix: str = "part",
-                 build_id: str | None = None, max_retries: int = DEFAULT_MAX_RETRIES, num_cpus: float = 1,
-                 max_tasks_in_flight: int | None = None) -> RayBuild:
+def write_caches(
+    dataset: Any,
+    base: str | os.PathLike,
+    *,
+    rows_per_cache: int,
+    columns: Columns | None = None,
+    payload: str | None = None,
+    metadata: list[str] | None = None,
+    rename: dict | None = None,
+    payload_spec: Any = None,
+    index_column: str | None = None,
+    writer_config: WriterConfig = DEFAULT_WRITER_CONFIG,
+    name_prefix: str = "part",
+    build_id: str | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    num_cpus: float = 1,
+    max_tasks_in_flight: int | None = None,
+) -> RayBuild:
     """Write `dataset` (a `ray.data.Dataset`) under `base` (a directory every node sees: shared
     storage) as caches of `rows_per_cache` rows each (the last one may be shorter).
 
@@ -99,8 +110,7 @@ def write_caches(dataset: Any, base: str | os.PathLike, *, rows_per_cache: int, 
     columns, task_config = _typed(dataset, columns, writer_config)
     build = build_id if build_id is not None else fingerprint(dataset, columns, writer_config, rows_per_cache)
     in_flight = max_tasks_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-    task = ray.remote(_write_group).options(max_retries=max_retries, num_cpus=num_cpus,
-                                            retry_exceptions=False)
+    task = ray.remote(_write_group).options(max_retries=max_retries, num_cpus=num_cpus, retry_exceptions=False)
     threads = max(1, int(num_cpus))
     progress = _progress(writer_config.show_progress)
     results: dict[int, Any] = {}
@@ -163,9 +173,15 @@ def fingerprint(dataset: Any, columns: Columns, writer_config: WriterConfig, row
     the cache bytes, rows_per_cache and the dataset's input files (path, size, mtime). A dataset
     that reads no files (from_items, from_arrow, ...) is named by the parameters alone: give it a
     `build_id` that changes with its content."""
-    settings = writer_config.model_dump(mode="json", include={"max_shard_bytes", "shard_compression", "record_checksums"})
-    doc = {"columns": columns.fingerprint(), "writer": settings, "rows_per_cache": rows_per_cache,
-           "files": _input_files(dataset)}
+    settings = writer_config.model_dump(
+        mode="json", include={"max_shard_bytes", "shard_compression", "record_checksums"}
+    )
+    doc = {
+        "columns": columns.fingerprint(),
+        "writer": settings,
+        "rows_per_cache": rows_per_cache,
+        "files": _input_files(dataset),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -235,11 +251,15 @@ def _outcome(ray: Any, name: str, ref: Any, max_retries: int):
     try:
         return ray.get(ref)
     except ray.exceptions.WorkerCrashedError as exc:
-        return CacheWriteError(name, f"the Ray task writing {name} died {max_retries + 1} times "
-                                     f"(max_retries={max_retries}); nothing was published: {exc}")
+        return CacheWriteError(
+            name,
+            f"the Ray task writing {name} died {max_retries + 1} times "
+            f"(max_retries={max_retries}); nothing was published: {exc}",
+        )
     except ray.exceptions.RayError as exc:
-        return CacheWriteError(name, f"the Ray task writing {name} failed; nothing was published: "
-                                     f"{type(exc).__name__}: {exc}")
+        return CacheWriteError(
+            name, f"the Ray task writing {name} failed; nothing was published: {type(exc).__name__}: {exc}"
+        )
 
 
 def _progress(enabled: bool):
@@ -252,8 +272,17 @@ def _progress(enabled: bool):
     return tqdm(unit=" caches", file=sys.stderr, desc="datasetrt ray build", mininterval=0.5)
 
 
-def _write_group(base: str, name: str, slices: list, first_row: int, count: int, columns: Columns,
-                 writer_config: WriterConfig, threads: int, description: str):
+def _write_group(
+    base: str,
+    name: str,
+    slices: list,
+    first_row: int,
+    count: int,
+    columns: Columns,
+    writer_config: WriterConfig,
+    threads: int,
+    description: str,
+):
     """One Ray task: write (or keep, after checking) the cache `name` of one group of rows."""
     import ray
     from ray.data.block import BlockAccessor
@@ -265,13 +294,17 @@ def _write_group(base: str, name: str, slices: list, first_row: int, count: int,
 
     source = RecordBatchSource(name, tables(), description=description, first_row=first_row, columns=columns)
     with DatasetRuntime(num_workers=threads) as rt:
-        out = rt.from_cache_sources(source, base, reader_config=ReaderConfig(seed=0, shuffle=False),
-                                    writer_config=writer_config)
+        out = rt.from_cache_sources(
+            source, base, reader_config=ReaderConfig(seed=0, shuffle=False), writer_config=writer_config
+        )
     if isinstance(out, CacheSourcesDatasetError):
         return out.results[0]
     written = len(out.dataset)
     out.dataset.close()
     if written != count:
-        return CacheWriteError(name, f"existing cache {Path(base) / name} holds {written} samples where this "
-                                     f"group has {count}: it is not this build's (use another build_id or base)")
+        return CacheWriteError(
+            name,
+            f"existing cache {Path(base) / name} holds {written} samples where this "
+            f"group has {count}: it is not this build's (use another build_id or base)",
+        )
     return out.results[0]

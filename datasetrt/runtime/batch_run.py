@@ -57,8 +57,9 @@ class BatchRun(ParallelRun):
     """Reads one window through the pool's workers as batches of `shape`; iterate it for
     `PackedBatch`es in window order (leased views of ring slots, or private copies)."""
 
-    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape,
-                 pool_running: bool = True) -> None:
+    def __init__(
+        self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape, pool_running: bool = True
+    ) -> None:
         """`pool_running=False` (the runtime's workers are not launched yet): the first batch
         is read in this process before `get_pool` launches them. Forking a worker from a process
         that imported torch takes 15-90 ms each here (the parent's atfork handlers and page
@@ -122,10 +123,19 @@ class BatchRun(ParallelRun):
         lease = ring.lease(slot)
         off_at, _ = layout.region("offsets")
         data_at, data_size = layout.region("payload")
-        offsets = lease[off_at: off_at + 8 * (count + 1)].view(np.int64)
+        offsets = lease[off_at : off_at + 8 * (count + 1)].view(np.int64)
         json = self._json(plan, count)
-        return PackedBatch(first, count, lease[data_at: data_at + data_size], offsets, cache_pos, sample_id, row,
-                           False, *(json or (None, None)))
+        return PackedBatch(
+            first,
+            count,
+            lease[data_at : data_at + data_size],
+            offsets,
+            cache_pos,
+            sample_id,
+            row,
+            False,
+            *(json or (None, None)),
+        )
 
     def _json(self, plan: dict, count: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Copies of json_off/json_len of a slot's batch (validate_cache runs), else None."""

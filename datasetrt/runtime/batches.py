@@ -17,9 +17,9 @@ import numpy as np
 
 from datasetrt._native.batch import pack_payloads
 from datasetrt.errors import CacheFormatError
-from datasetrt.values.payloads import PayloadCheck
-from datasetrt.runtime.sample_batch import Deferred, SampleBatch
 from datasetrt.runtime.local import BufferPool, Chunk, PackedBatch
+from datasetrt.runtime.sample_batch import Deferred, SampleBatch
+from datasetrt.values.payloads import PayloadCheck
 
 
 class BatchMaker:
@@ -28,8 +28,13 @@ class BatchMaker:
     batches carry no metadata); `check` runs on every chunk before its rows are used
     (validate_cache's embedded-metadata comparison); `payload_spec` goes with every batch."""
 
-    def __init__(self, cache_ids: np.ndarray, table_of: Callable[[], Any] | None,
-                 check: Callable[[Chunk], Any] | None, payload_spec: Any) -> None:
+    def __init__(
+        self,
+        cache_ids: np.ndarray,
+        table_of: Callable[[], Any] | None,
+        check: Callable[[Chunk], Any] | None,
+        payload_spec: Any,
+    ) -> None:
         self.cache_ids = cache_ids
         self.table_of = table_of
         self.check = check
@@ -43,11 +48,18 @@ class BatchMaker:
             self.check(packed.chunk())
         table_of = self.table_of
         metadata = None if table_of is None else Deferred(functools.partial(table_rows, table_of, packed.row))
-        return SampleBatch(packed.payload, packed.offsets, self.cache_ids[packed.cache_pos], packed.sample_id,
-                           metadata, self.payload_spec)
+        return SampleBatch(
+            packed.payload,
+            packed.offsets,
+            self.cache_ids[packed.cache_pos],
+            packed.sample_id,
+            metadata,
+            self.payload_spec,
+        )
 
-    def from_chunks(self, chunks: Iterable[Chunk], batch_size: int, drop_last: bool, rule: PayloadCheck,
-                    labels: list[str]) -> Iterator[SampleBatch]:
+    def from_chunks(
+        self, chunks: Iterable[Chunk], batch_size: int, drop_last: bool, rule: PayloadCheck, labels: list[str]
+    ) -> Iterator[SampleBatch]:
         """Batches of `batch_size` consecutive chunk rows (the last one shorter unless
         drop_last), packed into one buffer each: the fallback where a run cannot give each batch
         a slot of its own (a batch larger than the memory bound allows). Payload lengths are
@@ -80,8 +92,10 @@ def check_lengths(chunk: Chunk, rule: PayloadCheck, labels: list[str]) -> None:
         return
     if len(bad):
         i = int(bad[0])
-        raise CacheFormatError(f"payload of {int(lens[i])} bytes does not fit payload spec {rule.label} (expected "
-                               f"{expected}): {labels[int(chunk.cache_pos[i])]} sample {int(chunk.sample_id[i])}")
+        raise CacheFormatError(
+            f"payload of {int(lens[i])} bytes does not fit payload spec {rule.label} (expected "
+            f"{expected}): {labels[int(chunk.cache_pos[i])]} sample {int(chunk.sample_id[i])}"
+        )
 
 
 def table_rows(table_of: Callable[[], Any], rows: np.ndarray) -> Any:
@@ -135,11 +149,13 @@ class BatchBuilder:
         if self.rows == 0:
             self.first = chunk.first + start
         r = self.rows
-        pack_payloads(chunk.data, chunk.data_off[start:end], lens, take, self.data, self.starts[r:r + take], self.used)
-        self.lens[r:r + take] = lens
-        self.cache_pos[r:r + take] = chunk.cache_pos[start:end]
-        self.sample_id[r:r + take] = chunk.sample_id[start:end]
-        self.row[r:r + take] = chunk.row[start:end]
+        pack_payloads(
+            chunk.data, chunk.data_off[start:end], lens, take, self.data, self.starts[r : r + take], self.used
+        )
+        self.lens[r : r + take] = lens
+        self.cache_pos[r : r + take] = chunk.cache_pos[start:end]
+        self.sample_id[r : r + take] = chunk.sample_id[start:end]
+        self.row[r : r + take] = chunk.row[start:end]
         self.rows += take
         self.used = need
         return end

@@ -71,8 +71,19 @@ class ShardDescriptors:
     budget's lock. `unopened` counts caches with any shard closed (0: the fast path).
     """
 
-    __slots__ = ("paths", "base", "count", "fds", "is_open", "lru", "unopened", "pinned", "open_fds",
-                 "closed", "__weakref__")
+    __slots__ = (
+        "paths",
+        "base",
+        "count",
+        "fds",
+        "is_open",
+        "lru",
+        "unopened",
+        "pinned",
+        "open_fds",
+        "closed",
+        "__weakref__",
+    )
 
     def __init__(self, shard_paths: Sequence[Sequence[str]]) -> None:
         n = len(shard_paths)
@@ -225,8 +236,9 @@ class DescriptorBudget:
                 fd = self._open_file(path)
             except OSError as exc:
                 self._open -= reader._close(k)
-                raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}"
-                                   f"{_fd_hint(exc, self)}") from None
+                raise CacheIOError(
+                    f"I/O error: {exc.strerror} (os error {exc.errno}): {path}{_fd_hint(exc, self)}"
+                ) from None
             reader.fds[base + j] = fd
             reader.open_fds += 1
             self._open += 1
@@ -269,11 +281,16 @@ def _fd_hint(exc: OSError, budget: DescriptorBudget) -> str:
     if exc.errno not in _OUT_OF_FDS:
         return ""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (f" (RLIMIT_NOFILE soft limit {soft}; datasetrt keeps at most {budget.limit} shard files open "
-            f"and had {budget.open_count}: the rest of the program holds the others; raise `ulimit -n`)")
+    return (
+        f" (RLIMIT_NOFILE soft limit {soft}; datasetrt keeps at most {budget.limit} shard files open "
+        f"and had {budget.open_count}: the rest of the program holds the others; raise `ulimit -n`)"
+    )
 
 
 BUDGET = DescriptorBudget()  # the process's budget: every Gatherer uses it unless given another
 
-os.register_at_fork(before=lambda: BUDGET._lock.acquire(), after_in_parent=lambda: BUDGET._lock.release(),
-                    after_in_child=BUDGET._after_fork_in_child)
+os.register_at_fork(
+    before=lambda: BUDGET._lock.acquire(),
+    after_in_parent=lambda: BUDGET._lock.release(),
+    after_in_child=BUDGET._after_fork_in_child,
+)

@@ -20,11 +20,11 @@ from array import array
 from collections.abc import Sequence
 
 from datasetrt._native import gather as native
-from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
+from datasetrt.values.codecs import CODEC_IDS
+from datasetrt.values.payloads import PayloadCheck
 
 _OUT_OF_FDS_TEXT = tuple(f"(os error {e})" for e in (errno.EMFILE, errno.ENFILE))
 
@@ -41,8 +41,9 @@ class Gatherer:
     gather at a time per Gatherer (it has one scratch buffer): one reader per thread.
     """
 
-    def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
-                 budget: DescriptorBudget | None = None) -> None:
+    def __init__(
+        self, handles: Sequence[CacheHandle], *, verify_records: bool = True, budget: DescriptorBudget | None = None
+    ) -> None:
         self.handles = list(handles)
         self.verify_records = verify_records
         self.budget = budget if budget is not None else BUDGET
@@ -104,7 +105,7 @@ class Gatherer:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:
             pass
 
     # -- reading ----------------------------------------------------------------------------
@@ -127,18 +128,36 @@ class Gatherer:
         try:
             if rows < len(cache_pos):  # the block's caches do not all fit the budget: its prefix
                 cache_pos, sample_id, json_off, json_len, data_off, data_len = (
-                    memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len))
+                    memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len)
+                )
             return native.gather(
-                self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
-                self.codec_state, self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
-                cache_pos, sample_id, out, json_off, json_len, data_off, data_len,
-                self._scratch, self.labels, self.shard_names,
+                self.index_addr,
+                self.index_rows,
+                self.shard_base,
+                self.shard_count,
+                self.cksum_addr,
+                self.codec_state,
+                self.shard_fd,
+                self.shard_len,
+                self.shard_ulen,
+                self.shard_codec,
+                cache_pos,
+                sample_id,
+                out,
+                json_off,
+                json_len,
+                data_off,
+                data_len,
+                self._scratch,
+                self.labels,
+                self.shard_names,
             )
         finally:
             budget.unpin(shards)
 
-    def gather_batch_into(self, cache_pos, sample_id, out, offsets, json_off, json_len,
-                          check: PayloadCheck) -> tuple[int, int, int, int]:
+    def gather_batch_into(
+        self, cache_pos, sample_id, out, offsets, json_off, json_len, check: PayloadCheck
+    ) -> tuple[int, int, int, int]:
         """Native batch gathers of the given rows into `out`, payloads back to back from out[0]
         in their final layout (`_native.gather.gather_batch`): offsets int64 (rows + 1 entries,
         relative to `out`); json_off/json_len int64 (rows entries to keep the embedded JSON,
@@ -158,18 +177,35 @@ class Gatherer:
             block = memoryview(cache_pos)[done:]
             rows = budget.open_block(shards, block)
             try:
-                part = (lambda a: memoryview(a)[done:done + rows]) if done or rows < n - done else (lambda a: a)
+                part = (lambda a: memoryview(a)[done : done + rows]) if done or rows < n - done else (lambda a: a)  # noqa: B023 (called within this iteration)
                 got, pos, bottom, need = native.gather_batch(
-                    self.index_addr, self.index_rows, self.shard_base, self.shard_count, self.cksum_addr,
-                    self.codec_state, self.shard_fd, self.shard_len, self.shard_ulen, self.shard_codec,
-                    part(cache_pos), part(sample_id), out, memoryview(offsets)[done:done + rows + 1],
-                    part(json_off) if keep_json else json_off, part(json_len) if keep_json else json_len,
-                    check.record_bytes, check.unit_bytes, pos, bottom,
-                    self._scratch, self.labels, self.shard_names, check.label,
+                    self.index_addr,
+                    self.index_rows,
+                    self.shard_base,
+                    self.shard_count,
+                    self.cksum_addr,
+                    self.codec_state,
+                    self.shard_fd,
+                    self.shard_len,
+                    self.shard_ulen,
+                    self.shard_codec,
+                    part(cache_pos),
+                    part(sample_id),
+                    out,
+                    memoryview(offsets)[done : done + rows + 1],
+                    part(json_off) if keep_json else json_off,
+                    part(json_len) if keep_json else json_len,
+                    check.record_bytes,
+                    check.unit_bytes,
+                    pos,
+                    bottom,
+                    self._scratch,
+                    self.labels,
+                    self.shard_names,
+                    check.label,
                 )
             finally:
                 budget.unpin(shards)
             done += got
             if done == n or got < rows:  # all rows, or `out` is full
                 return done, pos, bottom, need
-

@@ -13,18 +13,17 @@ worker processes; this module is the parent's numpy side. One reader per process
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-
-import sys
 
 import numpy as np
 
 from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import DescriptorBudget
 from datasetrt.runtime.gatherer import Gatherer
+from datasetrt.values.payloads import PayloadCheck
 
 INITIAL_OUT_BYTES = 4 << 20
 READ_BLOCK_ROWS = 256  # rows per in-process chunk when the consumer gives no batch size
@@ -54,8 +53,9 @@ class LocalReader(Gatherer):
     """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`), and
     the recycled buffers of in-process batches (`batch_buffers`)."""
 
-    def __init__(self, handles: Sequence[CacheHandle], *, verify_records: bool = True,
-                 budget: DescriptorBudget | None = None) -> None:
+    def __init__(
+        self, handles: Sequence[CacheHandle], *, verify_records: bool = True, budget: DescriptorBudget | None = None
+    ) -> None:
         super().__init__(handles, verify_records=verify_records, budget=budget)
         self._out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
         # In-process batch buffers of this reader (one per thread and process, as the reader),
@@ -63,8 +63,15 @@ class LocalReader(Gatherer):
         # faulting in fresh ones. Holds at most `BufferPool.keep` buffers once idle.
         self.batch_buffers = BufferPool()
 
-    def read_chunk(self, cache_pos: np.ndarray, sample_id: np.ndarray, *, first: int = 0,
-                   row: np.ndarray | None = None, out: np.ndarray | None = None) -> Chunk:
+    def read_chunk(
+        self,
+        cache_pos: np.ndarray,
+        sample_id: np.ndarray,
+        *,
+        first: int = 0,
+        row: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> Chunk:
         """The given rows, in the given order, gathered as one Chunk (window positions from
         `first`; population rows `row`, default -1). Gathers into `out`, or into this reader's
         own buffer, which the next `read_chunk` reuses: consume such a chunk before reading
@@ -80,11 +87,18 @@ class LocalReader(Gatherer):
         while pos < n:
             # A gather stops early when buf is full or the rows' caches exceed the descriptor
             # budget: gather the rest after what is there, offsets made relative to buf.
-            done, more, need = self.gather_into(cache_pos[pos:], sample_id[pos:], buf[used:], json_off[pos:],
-                                                json_len[pos:], data_off[pos:], data_len[pos:])
+            done, more, need = self.gather_into(
+                cache_pos[pos:],
+                sample_id[pos:],
+                buf[used:],
+                json_off[pos:],
+                json_len[pos:],
+                data_off[pos:],
+                data_len[pos:],
+            )
             if done:
-                json_off[pos:pos + done] += used
-                data_off[pos:pos + done] += used
+                json_off[pos : pos + done] += used
+                data_off[pos : pos + done] += used
                 pos, used = pos + done, used + more
             else:
                 bigger = _grown(buf, used + max(need, 1))
@@ -131,14 +145,25 @@ def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> I
         json_off, json_len, data_off, data_len = _record_offsets(count)
         pos = 0
         while pos < count:
-            done, _used, need = reader.gather_into(cache_pos[pos:], sample_id[pos:], out,
-                                                   json_off[pos:], json_len[pos:], data_off[pos:], data_len[pos:])
+            done, _used, need = reader.gather_into(
+                cache_pos[pos:], sample_id[pos:], out, json_off[pos:], json_len[pos:], data_off[pos:], data_len[pos:]
+            )
             if done == 0:
                 out = _grown(out, need)
                 continue
             end = pos + done
-            yield Chunk(first + pos, done, out, json_off[pos:end], json_len[pos:end], data_off[pos:end],
-                        data_len[pos:end], cache_pos[pos:end], sample_id[pos:end], rows[pos:end])
+            yield Chunk(
+                first + pos,
+                done,
+                out,
+                json_off[pos:end],
+                json_len[pos:end],
+                data_off[pos:end],
+                data_len[pos:end],
+                cache_pos[pos:end],
+                sample_id[pos:end],
+                rows[pos:end],
+            )
             pos = end
 
 
@@ -176,8 +201,18 @@ class PackedBatch:
 
     def chunk(self) -> Chunk:
         """The same rows as a `Chunk` (validate_cache's embedded-metadata check reads chunks)."""
-        return Chunk(self.first, self.rows, self.data, self.json_off, self.json_len, self.offsets[:-1],
-                     np.diff(self.offsets), self.cache_pos, self.sample_id, self.row)
+        return Chunk(
+            self.first,
+            self.rows,
+            self.data,
+            self.json_off,
+            self.json_len,
+            self.offsets[:-1],
+            np.diff(self.offsets),
+            self.cache_pos,
+            self.sample_id,
+            self.row,
+        )
 
 
 @dataclass(frozen=True)
@@ -231,8 +266,15 @@ class BufferPool:
 _NO_JSON = np.empty(0, dtype=np.int64)
 
 
-def read_packed(reader: Gatherer, cache_pos: np.ndarray, sample_id: np.ndarray, row: np.ndarray, first: int,
-                shape: BatchShape, buffers: BufferPool) -> PackedBatch:
+def read_packed(
+    reader: Gatherer,
+    cache_pos: np.ndarray,
+    sample_id: np.ndarray,
+    row: np.ndarray,
+    first: int,
+    shape: BatchShape,
+    buffers: BufferPool,
+) -> PackedBatch:
     """Gather rows (cache_pos int64, sample_id uint64; population rows `row`) as one batch in its
     final layout into a private buffer of `buffers`, in this process. A buffer that turns out too
     small (compressed payloads larger than planned) is replaced by a larger one and the batch
@@ -240,20 +282,25 @@ def read_packed(reader: Gatherer, cache_pos: np.ndarray, sample_id: np.ndarray, 
     n = len(cache_pos)
     out = buffers.take(shape.buffer_bytes(n))
     offsets = np.empty(n + 1, dtype=np.int64)
-    json_off, json_len = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if shape.keep_json else (_NO_JSON, _NO_JSON)
+    json_off, json_len = (
+        (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if shape.keep_json else (_NO_JSON, _NO_JSON)
+    )
     while True:
-        done, used, _json_bottom, need = reader.gather_batch_into(cache_pos, sample_id, out, offsets, json_off, json_len,
-                                                                  shape.check)
+        done, used, _json_bottom, need = reader.gather_batch_into(
+            cache_pos, sample_id, out, offsets, json_off, json_len, shape.check
+        )
         if done == n:
             break
         out = buffers.take(max(2 * len(out), used + need * (n - done)))
     keep = shape.keep_json
-    return PackedBatch(first, n, out, offsets, cache_pos, sample_id, row, True,
-                       json_off if keep else None, json_len if keep else None)
+    return PackedBatch(
+        first, n, out, offsets, cache_pos, sample_id, row, True, json_off if keep else None, json_len if keep else None
+    )
 
 
-def local_batches(reader: Gatherer, window, shape: BatchShape, start: int = 0,
-                  buffers: BufferPool | None = None) -> Iterator[PackedBatch]:
+def local_batches(
+    reader: Gatherer, window, shape: BatchShape, start: int = 0, buffers: BufferPool | None = None
+) -> Iterator[PackedBatch]:
     """Batches of `window` from position `start` (a batch boundary) on, gathered in this process
     straight into private buffers in their final layout (no second copy), in window order: the
     runtime=None path, and a parallel batch run's head while its workers start."""
@@ -263,9 +310,15 @@ def local_batches(reader: Gatherer, window, shape: BatchShape, start: int = 0,
         count = min(shape.batch_size, end - first)
         rows = window.rows(first, count)
         cache_pos, sample_id = window.population.resolve(rows)
-        yield read_packed(reader, np.ascontiguousarray(cache_pos, dtype=np.int64),
-                          np.ascontiguousarray(sample_id, dtype=np.uint64), np.asarray(rows, dtype=np.int64),
-                          first, shape, buffers)
+        yield read_packed(
+            reader,
+            np.ascontiguousarray(cache_pos, dtype=np.int64),
+            np.ascontiguousarray(sample_id, dtype=np.uint64),
+            np.asarray(rows, dtype=np.int64),
+            first,
+            shape,
+            buffers,
+        )
 
 
 def _allocated(nbytes: int) -> np.ndarray:

@@ -45,7 +45,9 @@ def _read_limit(path: Path) -> int | None:
     return value if value < (1 << 60) else None  # v1 reports "unlimited" as a huge number
 
 
-def cgroup_limit_bytes(proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> int | None:
+def cgroup_limit_bytes(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
     """The tightest memory limit on this process's cgroup and its ancestors (v2, else v1).
 
     Reads this process's own cgroup path from /proc/self/cgroup, so a nested container limit
@@ -121,10 +123,12 @@ class MemoryBound:
         mib = 2**20
         ring = f"ring {self.ring_slots} slots x {self.slot_bytes / mib:.1f} MiB = {self.ring_bytes / mib:.1f} MiB"
         if self.held_slots:
-            return (f"{ring} (up to {self.held_slots} of them batches the consumer holds)"
-                    f" + batch copied out {self.slot_bytes / mib:.1f} MiB"
-                    f" + decode scratch {self.num_workers} workers x {self.worker_scratch_bytes / mib:.1f} MiB"
-                    f" = {self.total / mib:.1f} MiB")
+            return (
+                f"{ring} (up to {self.held_slots} of them batches the consumer holds)"
+                f" + batch copied out {self.slot_bytes / mib:.1f} MiB"
+                f" + decode scratch {self.num_workers} workers x {self.worker_scratch_bytes / mib:.1f} MiB"
+                f" = {self.total / mib:.1f} MiB"
+            )
         return (
             f"{ring} + consumer chunk {self.slot_bytes / mib:.1f} MiB"
             f" + decode scratch {self.num_workers} workers x {self.slot_bytes / mib:.1f} MiB"

@@ -104,8 +104,11 @@ class _SigtermExit:
     def release(cls, _signal=signal, _threading=threading, _handler=_raise_system_exit) -> None:
         """(Modules bound as defaults: a pool may be closed during interpreter teardown.)"""
         cls.holders -= 1
-        if (cls.holders == 0 and _threading.current_thread() is _threading.main_thread()
-                and _signal.getsignal(_signal.SIGTERM) is _handler):
+        if (
+            cls.holders == 0
+            and _threading.current_thread() is _threading.main_thread()
+            and _signal.getsignal(_signal.SIGTERM) is _handler
+        ):
             _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)
 
     @classmethod
@@ -141,7 +144,9 @@ class WorkerPool:
     def __init__(self, num_workers: int, start_method: str | None = None, startup_timeout_s: float = 120.0) -> None:
         method = start_method or default_start_method()
         if method not in START_METHODS or method not in mp.get_all_start_methods():
-            raise ConfigError(f"start_method must be one of {[m for m in START_METHODS if m in mp.get_all_start_methods()]}, got {method!r}")
+            raise ConfigError(
+                f"start_method must be one of {[m for m in START_METHODS if m in mp.get_all_start_methods()]}, got {method!r}"
+            )
         self.num_workers = num_workers
         self.start_method = method
         self.startup_timeout_s = startup_timeout_s
@@ -186,8 +191,12 @@ class WorkerPool:
             for index in range(self.num_workers):
                 task_w, task_r = ctx.Pipe(duplex=True)  # a socket pair: it carries ring descriptors
                 res_r, res_w = ctx.Pipe(duplex=False)
-                proc = process_class(target=worker_main, args=(index, task_r, res_w, os.getpid()),
-                                     name=f"datasetrt-reader-{index}", daemon=True)
+                proc = process_class(
+                    target=worker_main,
+                    args=(index, task_r, res_w, os.getpid()),
+                    name=f"datasetrt-reader-{index}",
+                    daemon=True,
+                )
                 with _main_module_hidden():
                     proc.start()
                 task_r.close()
@@ -213,8 +222,12 @@ class WorkerPool:
             ends = [(ctx.Pipe(duplex=True), ctx.Pipe(duplex=False)) for _ in range(self.num_workers)]
             status_r, status_w = ctx.Pipe(duplex=False)
             self._status = _StatusChannel(status_r)
-            zygote = _ReaderSpawnProcess(target=zygote_main, name="datasetrt-reader-zygote", daemon=True,
-                                         args=([t[0] for t, _ in ends], [r[1] for _, r in ends], status_w, os.getpid()))
+            zygote = _ReaderSpawnProcess(
+                target=zygote_main,
+                name="datasetrt-reader-zygote",
+                daemon=True,
+                args=([t[0] for t, _ in ends], [r[1] for _, r in ends], status_w, os.getpid()),
+            )
             with _main_module_hidden():
                 zygote.start()
             self._zygote = zygote
@@ -229,8 +242,16 @@ class WorkerPool:
                 self.task_conns.append(task_w)
                 self.result_conns.append(res_r)
                 self.ready.append(None)
-            self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.task_conns, self.result_conns,
-                                               zygote, self._status, self._zygote_pidfd)
+            self._finalizer = weakref.finalize(
+                self,
+                _shutdown,
+                self.procs,
+                self.task_conns,
+                self.result_conns,
+                zygote,
+                self._status,
+                self._zygote_pidfd,
+            )
         except BaseException:
             self.close()
             raise
@@ -280,7 +301,9 @@ class WorkerPool:
         if not self.all_ready and time.monotonic() - self.launched_at > self.startup_timeout_s:
             pids = [p.pid for p in self.procs]  # as known: never wait here
             self.close()
-            raise WorkerTimeoutError(f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids})")
+            raise WorkerTimeoutError(
+                f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids})"
+            )
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -332,7 +355,7 @@ class WorkerPool:
             try:
                 for worker in sorted(run.workers):
                     self._send(worker, CloseRun(run.run_id, keep))
-            except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
+            except Exception:
                 pass
             if not keep and run.opening is not None:
                 # Workers that kept this ring from an earlier run and had no task in this one.
@@ -362,7 +385,7 @@ class WorkerPool:
             for worker in sorted(self.ring_holders.pop(key, set()) - except_workers):
                 if not self.closed:
                     self._send(worker, ForgetRing(key))
-        except Exception:  # noqa: BLE001 - a dead worker: the pool is closed by _send()
+        except Exception:
             pass
 
     def _send(self, worker: int, msg: object) -> None:
@@ -414,8 +437,10 @@ class WorkerPool:
             self._zygote.join(0.5)
             code = self._zygote.exitcode
             self.close()
-            raise WorkerCrashedError(f"the process that forks the reader workers (pid {self._zygote.pid}) "
-                                     f"exited (code {code}); the workers were stopped")
+            raise WorkerCrashedError(
+                f"the process that forks the reader workers (pid {self._zygote.pid}) "
+                f"exited (code {code}); the workers were stopped"
+            )
 
     def _route(self, msg: object) -> None:
         if isinstance(msg, WorkerReady):
@@ -631,8 +656,14 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def _shutdown(procs: list, task_conns: list, result_conns: list, zygote=None,
-              status: _StatusChannel | None = None, zygote_pidfd: int | None = None) -> None:
+def _shutdown(
+    procs: list,
+    task_conns: list,
+    result_conns: list,
+    zygote=None,
+    status: _StatusChannel | None = None,
+    zygote_pidfd: int | None = None,
+) -> None:
     """Stop workers: Shutdown message, join, then terminate and kill; close every pipe (the
     workers' ring mappings go with them). Runs at close(), garbage collection, or interpreter
     exit (weakref.finalize's atexit hook, before module teardown)."""

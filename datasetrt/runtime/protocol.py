@@ -45,8 +45,8 @@ import dataclasses
 from dataclasses import dataclass
 from operator import attrgetter
 
-from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.slot import SlotArray, SlotLayout, SlotRegion
+from datasetrt.values.payloads import PayloadCheck
 
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
 # process); a forked one inherits whatever the parent had.
@@ -155,5 +155,16 @@ def _pickle_as_constructor_calls(*classes: type) -> None:
         copyreg.pickle(cls, lambda obj, cls=cls, values=values: (cls, values(obj)))
 
 
-_pickle_as_constructor_calls(CacheSet, OpenRun, ReadTask, CloseRun, ForgetRing, TaskDone, TaskFailed,
-                             SlotLayout, SlotArray, SlotRegion, PayloadCheck)
+_pickle_as_constructor_calls(
+    CacheSet,
+    OpenRun,
+    ReadTask,
+    CloseRun,
+    ForgetRing,
+    TaskDone,
+    TaskFailed,
+    SlotLayout,
+    SlotArray,
+    SlotRegion,
+    PayloadCheck,
+)

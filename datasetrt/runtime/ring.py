@@ -33,7 +33,6 @@ from datasetrt.runtime.local import Chunk
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import PARENT, SlotLayout
 
-
 _RING_KEYS = itertools.count(1)
 
 
@@ -66,8 +65,9 @@ class Ring:
         ]
 
     def _view(self, slot: int, offset: int, typecode: str, count: int) -> np.ndarray:
-        return np.frombuffer(self.map, dtype=np.dtype(typecode), count=count,
-                             offset=self.layout.slot_offset(slot) + offset)
+        return np.frombuffer(
+            self.map, dtype=np.dtype(typecode), count=count, offset=self.layout.slot_offset(slot) + offset
+        )
 
     # -- lending ------------------------------------------------------------------------------
 
@@ -88,8 +88,9 @@ class Ring:
         views keep their base array; `torch.from_numpy` and DLPack capsules keep the array): the
         slot returns to `free` when this array and everything made from it are gone — never
         earlier, and with no lock (a weakref callback: a dict delete and a deque append)."""
-        lease = np.frombuffer(self.map, dtype=np.uint8, count=self.layout.slot_bytes,
-                              offset=self.layout.slot_offset(slot))
+        lease = np.frombuffer(
+            self.map, dtype=np.uint8, count=self.layout.slot_bytes, offset=self.layout.slot_offset(slot)
+        )
         self._leases[slot] = weakref.ref(lease, functools.partial(_returned, self._leases, self.free, slot))
         return lease
 

@@ -48,8 +48,12 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
     h = hashlib.sha256(f"{verify_records}".encode())
     for handle in handles:
         h.update(b"\0" + str(handle.path.absolute()).encode() + repr(handle.identity).encode())
-    return CacheSet(h.hexdigest()[:32], tuple(str(handle.path.absolute()) for handle in handles),
-                    tuple(handle.identity for handle in handles), verify_records)
+    return CacheSet(
+        h.hexdigest()[:32],
+        tuple(str(handle.path.absolute()) for handle in handles),
+        tuple(handle.identity for handle in handles),
+        verify_records,
+    )
 
 
 def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
@@ -86,7 +90,9 @@ class RunShape:
         return self.layout.slot_bytes
 
     @classmethod
-    def plan(cls, prefetch_size: int, num_workers: int, max_record_bytes: int, rows_hint: int | None = None) -> RunShape:
+    def plan(
+        cls, prefetch_size: int, num_workers: int, max_record_bytes: int, rows_hint: int | None = None
+    ) -> RunShape:
         """Tasks carry ~TASK_TARGET_BYTES of records (16..512 rows; `rows_hint`, a batch size, up to
         4x that), so per-task messaging is
         amortised; in-flight samples <= max(prefetch_size, (2 x num_workers + 2) x rows_per_task).
@@ -127,8 +133,14 @@ class RunSpec:
 class ParallelRun:
     """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
 
-    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: RunShape | None = None,
-                 bound: MemoryBound | None = None, attach: bool = True) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        get_pool: Callable[[], WorkerPool],
+        shape: RunShape | None = None,
+        bound: MemoryBound | None = None,
+        attach: bool = True,
+    ) -> None:
         """Check the memory bound first; only then get (maybe start) the pool, register the run
         and take its ring (`_attach`; a subclass passing `attach=False` calls it later: until
         then `pool` and `ring` are None and `close()` does nothing). `shape` and its `bound`
@@ -164,8 +176,9 @@ class ParallelRun:
         self._run: PoolRun = self.pool.open_run(self._on_message)
         self.run_id, self._closed = self._run.run_id, False
         try:
-            self.ring = (self.pool.take_ring(self.shape.slots, self.shape.layout)
-                         or Ring("ring", self.shape.layout, self.shape.slots))
+            self.ring = self.pool.take_ring(self.shape.slots, self.shape.layout) or Ring(
+                "ring", self.shape.layout, self.shape.slots
+            )
             self._run.opening = OpenRun(self.run_id, self._caches, self.shape.layout, self.ring.key)
             self._run.ring_fd = self.ring.fd
         except BaseException:
@@ -226,7 +239,7 @@ class ParallelRun:
         if isinstance(cls, type) and issubclass(cls, Exception):
             try:
                 exc = cls(msg.message)
-            except Exception:  # noqa: BLE001 - exotic constructor
+            except Exception:
                 exc = None
             if exc is not None:
                 raise exc from remote
@@ -274,8 +287,7 @@ class ParallelRun:
         """Read one record too large for a ring slot in this process (into its own buffer)."""
         rows = self.window.rows(position, 1)
         cache_pos, sample_id = self.window.population.resolve(rows)
-        return self.fallback.read_chunk(cache_pos, sample_id, first=position, row=rows,
-                                        out=np.empty(0, dtype=np.uint8))
+        return self.fallback.read_chunk(cache_pos, sample_id, first=position, row=rows, out=np.empty(0, dtype=np.uint8))
 
     def close(self) -> None:
         """Idempotent: let the pool drop the run (handler, CloseRun to the workers that opened

@@ -47,8 +47,9 @@ class SampleBatch:
 
     __slots__ = ("_data", "_offsets", "cache_id", "sample_id", "_metadata", "payload_spec", "stage", "__weakref__")
 
-    def __init__(self, data: Any, offsets: Any, cache_id: Any, sample_id: Any, metadata: Any = None,
-                 payload_spec: Any = None) -> None:
+    def __init__(
+        self, data: Any, offsets: Any, cache_id: Any, sample_id: Any, metadata: Any = None, payload_spec: Any = None
+    ) -> None:
         self._data = data
         self._offsets = offsets
         self.cache_id = cache_id
@@ -171,8 +172,10 @@ class SampleBatch:
             from datasetrt.errors import ConfigError
             from datasetrt.values.payloads import describe
 
-            raise ConfigError(f"{what}: a batch of ragged payloads ({describe(dtype, shape)}) has no single array; "
-                              "use to_numpy() (values, offsets, shapes) or to_numpy(length=L)")
+            raise ConfigError(
+                f"{what}: a batch of ragged payloads ({describe(dtype, shape)}) has no single array; "
+                "use to_numpy() (values, offsets, shapes) or to_numpy(length=L)"
+            )
         return self.to_numpy()
 
     def __repr__(self) -> str:

@@ -17,8 +17,8 @@ from datasetrt._native.batch import json_array, payload_list
 from datasetrt._native.gather import slice_records
 from datasetrt.errors import CacheFormatError, RecordJSONError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.values.records import CachedSample
 from datasetrt.runtime.local import Chunk
+from datasetrt.values.records import CachedSample
 
 # Payloads at least this large on average are copied out one at a time as the consumer advances,
 # not a whole chunk at once: a chunk's worth of large bytes objects freed one by one lets glibc
@@ -81,8 +81,9 @@ class SampleBuilder:
                 pass
         if metas is None:
             try:
-                _datas, jsons = slice_records(chunk.data, chunk.json_off, chunk.json_len,
-                                              chunk.data_off, chunk.data_len, chunk.rows)
+                _datas, jsons = slice_records(
+                    chunk.data, chunk.json_off, chunk.json_len, chunk.data_off, chunk.data_len, chunk.rows
+                )
             except UnicodeDecodeError as exc:
                 raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
             metas = self._parse(jsons, chunk.cache_pos, chunk.sample_id)
@@ -130,4 +131,4 @@ class SampleBuilder:
 def _one_at_a_time(chunk: Chunk, metas: list[dict], ids: list[int], sids: list[int]) -> Iterator[CachedSample]:
     with memoryview(chunk.data) as view:  # released even if the consumer abandons us
         for off, length, meta, cid, sid in zip(chunk.data_off.tolist(), chunk.data_len.tolist(), metas, ids, sids):
-            yield CachedSample(view[off:off + length].tobytes(), meta, cid, sid)
+            yield CachedSample(view[off : off + length].tobytes(), meta, cid, sid)

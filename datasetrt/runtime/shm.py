@@ -62,7 +62,8 @@ def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
             except OSError as exc:
                 raise ResourceLimitError(
                     f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
-                    f"{exc.strerror} (os error {exc.errno}); lower prefetch_size / num_workers") from None
+                    f"{exc.strerror} (os error {exc.errno}); lower prefetch_size / num_workers"
+                ) from None
         return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
     except BaseException:
         os.close(fd)

@@ -66,13 +66,13 @@ class SlotRegion:
 
 # The "records" layout: rows as the gather kernel returns them. The order is the byte order in the slot.
 RECORD_ARRAYS = (
-    SlotArray("json_off", "q", WORKER),   # embedded JSON of row i: data[json_off[i] : + json_len[i]]
+    SlotArray("json_off", "q", WORKER),  # embedded JSON of row i: data[json_off[i] : + json_len[i]]
     SlotArray("json_len", "q", WORKER),
-    SlotArray("data_off", "q", WORKER),   # decoded payload of row i: data[data_off[i] : + data_len[i]]
+    SlotArray("data_off", "q", WORKER),  # decoded payload of row i: data[data_off[i] : + data_len[i]]
     SlotArray("data_len", "q", WORKER),
     SlotArray("cache_pos", "q", PARENT),  # the plan: catalog position of row i's cache
     SlotArray("sample_id", "Q", PARENT),  # ... its sample id
-    SlotArray("row", "q", PARENT),        # ... its population row (table lookups; not read by workers)
+    SlotArray("row", "q", PARENT),  # ... its population row (table lookups; not read by workers)
 )
 RECORD_REGIONS = (SlotRegion("data"),)
 
@@ -83,7 +83,7 @@ BATCH_ARRAYS = (
     SlotArray("row", "q", PARENT),
 )
 BATCH_JSON_ARRAYS = (
-    SlotArray("json_off", "q", WORKER),   # keep_json only: row i's embedded JSON, relative to "payload"
+    SlotArray("json_off", "q", WORKER),  # keep_json only: row i's embedded JSON, relative to "payload"
     SlotArray("json_len", "q", WORKER),
 )
 PAYLOAD_ALIGN = 64  # a cache line: typed arrays of any dtype start aligned (SIMD loads, DLPack consumers)
@@ -166,11 +166,11 @@ class WorkerSlot:
         for field in layout.arrays:
             offset, typecode = layout.array(field.name)
             start = base + offset
-            self._arrays[field.name] = ring[start: start + layout.rows * ENTRY_BYTES].cast(typecode)
+            self._arrays[field.name] = ring[start : start + layout.rows * ENTRY_BYTES].cast(typecode)
         self._regions: dict[str, memoryview] = {}
         for region in layout.regions:
             offset, size = layout.region(region.name)
-            self._regions[region.name] = ring[base + offset: base + offset + size]
+            self._regions[region.name] = ring[base + offset : base + offset + size]
 
     def array(self, name: str, count: int) -> memoryview:
         """Entries [0, count) of header array `name`, cast to its typecode."""
@@ -190,4 +190,3 @@ class WorkerSlot:
 
 def _pages(nbytes: int) -> int:
     return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
-

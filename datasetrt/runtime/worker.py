@@ -117,9 +117,13 @@ def _fill_records(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, 
     """Fill a "records" slot: gather the planned rows into the "data" region (embedded JSON and
     decoded payload per record) and their offsets/lengths into the result arrays."""
     rows, _used, need = reader.gather_into(
-        slot.array("cache_pos", count), slot.array("sample_id", count), slot.region("data"),
-        slot.array("json_off", count), slot.array("json_len", count),
-        slot.array("data_off", count), slot.array("data_len", count),
+        slot.array("cache_pos", count),
+        slot.array("sample_id", count),
+        slot.region("data"),
+        slot.array("json_off", count),
+        slot.array("json_len", count),
+        slot.array("data_off", count),
+        slot.array("data_len", count),
     )
     return rows, need
 
@@ -137,8 +141,13 @@ def _fill_batch(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, in
     offsets = slot.region("offsets")[: (count + 1) * 8].cast("q")
     try:
         rows, _payload_bytes, _json_bottom, need = reader.gather_batch_into(
-            slot.array("cache_pos", count), slot.array("sample_id", count), slot.region("payload"), offsets,
-            *json, layout.payload)
+            slot.array("cache_pos", count),
+            slot.array("sample_id", count),
+            slot.region("payload"),
+            offsets,
+            *json,
+            layout.payload,
+        )
     finally:
         offsets.release()
     return rows, need
@@ -166,7 +175,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
             try:
                 rows, need = runs[msg.run_id].execute(msg)
                 _send(result_conn, TaskDone(index, msg.run_id, msg.task_id, msg.slot, msg.first, rows, need))
-            except BaseException as exc:  # noqa: BLE001 - every failure travels back typed
+            except BaseException as exc:
                 _report(result_conn, index, msg.run_id, msg.task_id, exc)
         elif isinstance(msg, OpenRun):
             try:
@@ -189,7 +198,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     ring = rings[msg.ring_key] = _RingMap(fd)
                 runs[msg.run_id] = _Run(msg, reader, ring)
                 _evict_idle(readers, runs)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 _report(result_conn, index, msg.run_id, -1, exc)
             finally:
                 if ring_fd >= 0:
@@ -238,7 +247,7 @@ def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: i
                 status_conn.close()
                 worker_main(index, task_conns[index], result_conns[index], parent_pid)
                 code = 0
-            except BaseException:  # noqa: BLE001 - the parent sees the exit code
+            except BaseException:
                 traceback.print_exc()
             finally:
                 os._exit(code)
@@ -283,5 +292,14 @@ def _send(conn, msg: object) -> None:
 
 def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> None:
     cls = type(exc)
-    _send(conn, TaskFailed(index, run_id, task_id, f"{cls.__module__}.{cls.__qualname__}", str(exc),
-                         "".join(traceback.format_exception(exc))))
+    _send(
+        conn,
+        TaskFailed(
+            index,
+            run_id,
+            task_id,
+            f"{cls.__module__}.{cls.__qualname__}",
+            str(exc),
+            "".join(traceback.format_exception(exc)),
+        ),
+    )

@@ -6,13 +6,24 @@ ordered window and shuffled draws, `Window`, `PlanWindow`), `permutation` (exact
 `curriculum` (stages). docs/sampling.md describes the modes and their guarantees.
 """
 
-from datasetrt.sampling.curriculum import StageInfo, Curriculum, CurriculumPlan, Stage
+from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, Stage, StageInfo
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.permutation import EpochPermutation, repeat_counts, stream_label
 from datasetrt.sampling.planner import PlanWindow
 from datasetrt.sampling.plans import MixturePlan, StreamProgress
 
 __all__ = [
-    "Curriculum", "CurriculumPlan", "EpochPermutation", "Mixture", "MixturePlan", "PlanWindow", "Stage", "StageInfo", "Stream",
-    "StreamProgress", "StreamRows", "repeat_counts", "stream_label",
+    "Curriculum",
+    "CurriculumPlan",
+    "EpochPermutation",
+    "Mixture",
+    "MixturePlan",
+    "PlanWindow",
+    "Stage",
+    "StageInfo",
+    "Stream",
+    "StreamProgress",
+    "StreamRows",
+    "repeat_counts",
+    "stream_label",
 ]

@@ -28,9 +28,7 @@ class StageInfo(NamedTuple):
     name: str
 
 
-
 StageInfo.__module__ = "datasetrt.api"
-
 
 
 @dataclass(frozen=True)
@@ -83,18 +81,24 @@ class Curriculum:
                 raise SamplingConfigError(f"two stages are named {name!r}")
             names.append(name)
             if stage.mixture.order != stages[0].mixture.order:
-                raise SamplingConfigError(f"stage {i} ({name!r}) has order {stage.mixture.order!r}, stage 0 has "
-                                          f"{stages[0].mixture.order!r}: a curriculum uses one order")
+                raise SamplingConfigError(
+                    f"stage {i} ({name!r}) has order {stage.mixture.order!r}, stage 0 has "
+                    f"{stages[0].mixture.order!r}: a curriculum uses one order"
+                )
             if stage.samples is not None and stage.samples % batch_size:
-                raise SamplingConfigError(f"stage {i} ({name!r}): {stage.samples} samples is not a whole number of "
-                                          f"batches of {batch_size}")
+                raise SamplingConfigError(
+                    f"stage {i} ({name!r}): {stage.samples} samples is not a whole number of batches of {batch_size}"
+                )
             if stage.samples is None and stage.batches is None and i + 1 < len(stages):
-                raise SamplingConfigError(f"stage {i} ({name!r}) has no length; only the last stage may run "
-                                          "until the plan ends")
+                raise SamplingConfigError(
+                    f"stage {i} ({name!r}) has no length; only the last stage may run until the plan ends"
+                )
             for sname, stream in stage.mixture.streams.items():
                 if sname in streams and streams[sname] != stream:
-                    raise SamplingConfigError(f"stream {sname!r} is {stream.describe()} in stage {i} ({name!r}) but "
-                                              f"{streams[sname].describe()} in stage {owner[sname]!r}")
+                    raise SamplingConfigError(
+                        f"stream {sname!r} is {stream.describe()} in stage {i} ({name!r}) but "
+                        f"{streams[sname].describe()} in stage {owner[sname]!r}"
+                    )
                 streams.setdefault(sname, stream)
                 owner.setdefault(sname, name)
         self.stages = tuple(stages)
@@ -127,8 +131,10 @@ class CurriculumPlan(SegmentedPlan):
         if not isinstance(curriculum, Curriculum):
             raise SamplingConfigError(f"CurriculumPlan needs a Curriculum, got {type(curriculum).__name__}")
         names = tuple(curriculum.streams)
-        specs = [_stage_of(stage.mixture, names, curriculum.names[i], curriculum.samples(i))
-                 for i, stage in enumerate(curriculum.stages)]
+        specs = [
+            _stage_of(stage.mixture, names, curriculum.names[i], curriculum.samples(i))
+            for i, stage in enumerate(curriculum.stages)
+        ]
         super().__init__(names, specs, streams, seed, curriculum.order, curriculum.batch_size)
         self.curriculum = curriculum
 
@@ -142,7 +148,9 @@ class CurriculumPlan(SegmentedPlan):
         index = self._locate(position, segments)
         seg = segments[index]
         if seg.stage + 1 == len(self.stages):
-            raise SamplingStateError(f"advance(): stage {seg.stage} ({self.stages[seg.stage].name!r}) is the last stage")
+            raise SamplingStateError(
+                f"advance(): stage {seg.stage} ({self.stages[seg.stage].name!r}) is the last stage"
+            )
         boundary = -(-position // self.batch_size) * self.batch_size
         if seg.end is not None and boundary >= seg.end:
             return seg.end  # the stage already ends within this batch
@@ -157,11 +165,19 @@ class CurriculumPlan(SegmentedPlan):
 
 
 def order_identity(order: Mixture | Curriculum, streams: StreamRows) -> str:
-    """"mixture:" or "curriculum:" and a BLAKE2b-128 digest (hex) of the configuration: streams,
+    """ "mixture:" or "curriculum:" and a BLAKE2b-128 digest (hex) of the configuration: streams,
     their rows and weights, proportions, options, stages. Resume states compare it."""
     if isinstance(order, Curriculum):
-        kind, parts = "curriculum", [f"{order!r}", *(f"{name}:{stage.mixture!r}:{order.samples(i)}"
-                                                      for i, (name, stage) in enumerate(zip(order.names, order.stages)))]
+        kind, parts = (
+            "curriculum",
+            [
+                f"{order!r}",
+                *(
+                    f"{name}:{stage.mixture!r}:{order.samples(i)}"
+                    for i, (name, stage) in enumerate(zip(order.names, order.stages))
+                ),
+            ],
+        )
     else:
         kind, parts = "mixture", [repr(order)]
     h = hashlib.blake2b("|".join(parts).encode(), digest_size=16)

@@ -68,8 +68,12 @@ class Stream:
         if not values:
             raise SamplingConfigError(f"Stream.by_column({column!r}) needs at least one value")
         for value in values:
-            if not isinstance(value, (str, int, float, bool)) or (isinstance(value, float) and not math.isfinite(value)):
-                raise ArgumentTypeError(f"column {column!r}: a stream value must be a finite str/int/float/bool, got {value!r}")
+            if not isinstance(value, (str, int, float, bool)) or (
+                isinstance(value, float) and not math.isfinite(value)
+            ):
+                raise ArgumentTypeError(
+                    f"column {column!r}: a stream value must be a finite str/int/float/bool, got {value!r}"
+                )
         return cls(column=column, values=tuple(values))
 
     def describe(self) -> str:
@@ -104,13 +108,15 @@ def exact_proportions(names: tuple[str, ...], proportions: Mapping[str, Any]) ->
     if total != 1:
         raise SamplingConfigError(
             f"proportions must sum to 1, they sum to {float(total)!r} ({total}, reading each exactly: "
-            f"{', '.join(f'{k}={v}' for k, v in fracs.items())}); write thirds as Fraction(1, 3)")
+            f"{', '.join(f'{k}={v}' for k, v in fracs.items())}); write thirds as Fraction(1, 3)"
+        )
     period = math.lcm(*(f.denominator for f in fracs.values()))
     if period > MAX_PERIOD:
         worst = max(fracs, key=lambda k: fracs[k].denominator)
         raise SamplingConfigError(
             f"the proportions' common denominator is {period}, past {MAX_PERIOD} (stream {worst!r}: {fracs[worst]}); "
-            "round them to fewer decimals")
+            "round them to fewer decimals"
+        )
     return fracs, period
 
 
@@ -128,8 +134,14 @@ class Mixture:
 
     __slots__ = ("streams", "proportions", "period", "weights", "order", "on_exhausted")
 
-    def __init__(self, proportions: Mapping[str, Any], streams: Mapping[str, Stream], *,
-                 order: Order = "permutation", on_exhausted: OnExhausted = "next_epoch") -> None:
+    def __init__(
+        self,
+        proportions: Mapping[str, Any],
+        streams: Mapping[str, Stream],
+        *,
+        order: Order = "permutation",
+        on_exhausted: OnExhausted = "next_epoch",
+    ) -> None:
         if not isinstance(streams, Mapping) or not streams:
             raise ArgumentTypeError("streams must be a non-empty mapping of stream name to Stream")
         if len(streams) > MAX_STREAMS:
@@ -218,8 +230,9 @@ class StreamRows:
         for name, arr in rows.items():
             if isinstance(arr, range):
                 if arr.step != 1 or not len(arr) or arr.start < 0:
-                    raise SamplingConfigError(f"stream {name!r}: a range of rows must be non-empty, of step 1, "
-                                              f"from row >= 0 (got {arr!r})")
+                    raise SamplingConfigError(
+                        f"stream {name!r}: a range of rows must be non-empty, of step 1, from row >= 0 (got {arr!r})"
+                    )
                 self.rows[name] = arr
                 self.weights[name] = self._weights(name, weights.get(name), len(arr), arr.start)
                 continue
@@ -250,8 +263,9 @@ class StreamRows:
         bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
         if bad.size:
             row = int(bad[0]) + rows if isinstance(rows, int) else int(rows[bad[0]])
-            raise SamplingConfigError(f"stream {name!r}: weight {float(w[bad[0]])!r} of table row "
-                                      f"{row} is not positive and finite")
+            raise SamplingConfigError(
+                f"stream {name!r}: weight {float(w[bad[0]])!r} of table row {row} is not positive and finite"
+            )
         w.flags.writeable = False
         return w
 

@@ -40,14 +40,14 @@ def permutation(population: Population, seed: int) -> EpochPermutation:
     ids = population.catalog.cache_ids
 
     def identify(row: int) -> str:
-        return (f"row {row} (cache_id {int(ids[int(active.cache_pos[row])])}, "
-                f"sample_id {int(active.sample_id[row])})")
+        return f"row {row} (cache_id {int(ids[int(active.cache_pos[row])])}, sample_id {int(active.sample_id[row])})"
 
     return EpochPermutation.from_weights(seed, active.weights, identify=identify)
 
 
-def window(population: Population, start: int, length: int, *, shuffle: bool, seed: int,
-           sampling: str) -> Window | PlanWindow:
+def window(
+    population: Population, start: int, length: int, *, shuffle: bool, seed: int, sampling: str
+) -> Window | PlanWindow:
     """`length` positions of the order over `population` from position `start` (dataset-rt's
     cursor or draw index, or a position of the population's plan)."""
     plan = position_plan(population, seed, sampling) if shuffle else None

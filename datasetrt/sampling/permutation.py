@@ -45,8 +45,9 @@ def repeat_counts(weights: np.ndarray, identify: Callable[[int], str] | None = N
     if bad.size:
         i = int(bad[0])
         who = identify(i) if identify is not None else f"row {i}"
-        raise RepeatCountError(f"exactly-once sampling takes integer weights as repeat counts: {who} has weight "
-                               f"{float(w[i])!r}")
+        raise RepeatCountError(
+            f"exactly-once sampling takes integer weights as repeat counts: {who} has weight {float(w[i])!r}"
+        )
     if not len(w) or bool((w == 1.0).all()):
         return None
     if float(w.sum()) > MAX_POSITIONS_PER_EPOCH:
@@ -82,8 +83,9 @@ class EpochPermutation:
             raise SamplingConfigError(f"{self.positions_per_epoch} positions per epoch is past 2**62")
 
     @classmethod
-    def from_weights(cls, seed: int, weights: np.ndarray, *, label: int = DATASET_LABEL,
-                     identify: Callable[[int], str] | None = None) -> EpochPermutation:
+    def from_weights(
+        cls, seed: int, weights: np.ndarray, *, label: int = DATASET_LABEL, identify: Callable[[int], str] | None = None
+    ) -> EpochPermutation:
         """The order of a weighted population: integer weights are repeat counts (see repeat_counts)."""
         return cls(seed, len(weights), repeat_counts(weights, identify), label=label)
 
@@ -98,5 +100,6 @@ class EpochPermutation:
         return position // self.positions_per_epoch
 
     def __repr__(self) -> str:
-        return (f"EpochPermutation(rows={self.row_count}, positions_per_epoch={self.positions_per_epoch}, "
-                f"seed={self.seed})")
+        return (
+            f"EpochPermutation(rows={self.row_count}, positions_per_epoch={self.positions_per_epoch}, seed={self.seed})"
+        )

@@ -55,9 +55,16 @@ class Population:
     once per population, before DataLoader workers fork.
     """
 
-    def __init__(self, catalog: CacheCatalog, active: ActiveRows | None = None,
-                 cum: np.ndarray | None = None, scale: float = 0.0, table: object = None,
-                 order: object = None, streams: object = None) -> None:
+    def __init__(
+        self,
+        catalog: CacheCatalog,
+        active: ActiveRows | None = None,
+        cum: np.ndarray | None = None,
+        scale: float = 0.0,
+        table: object = None,
+        order: object = None,
+        streams: object = None,
+    ) -> None:
         self.catalog = catalog
         self.active = active
         self.table = table
@@ -122,15 +129,20 @@ class Population:
         return {"cache_pos": self.active.cache_pos, "sample_id": self.active.sample_id, "cum": padded}, {"scale": scale}
 
     @classmethod
-    def from_columns(cls, catalog: CacheCatalog, columns: dict[str, np.ndarray] | None,
-                     params: dict[str, float]) -> Population:
+    def from_columns(
+        cls, catalog: CacheCatalog, columns: dict[str, np.ndarray] | None, params: dict[str, float]
+    ) -> Population:
         """The population `columns()` described (arrays used as they are: views of a mapped file
         stay views), or the physical population for None."""
         if columns is None:
             return cls(catalog)
         cum = columns["cum"][: max(len(columns["cum"]) - 1, 0)]
-        return cls(catalog, ActiveRows(columns["cache_pos"], columns["sample_id"], columns.get("weights")), cum=cum,
-                   scale=params["scale"])
+        return cls(
+            catalog,
+            ActiveRows(columns["cache_pos"], columns["sample_id"], columns.get("weights")),
+            cum=cum,
+            scale=params["scale"],
+        )
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,13 @@ class Window:
     def sub(self, first: int, count: int) -> Window:
         """The window of this window's positions [first, first+count), as `PlanWindow.sub` cuts
         one; positions past `length` continue the same stream (the windows reserved after it)."""
-        return Window(self.population, self.shuffle, self.seed,
-                      advance(self.shuffle, self.start, first, len(self.population)), count)
+        return Window(
+            self.population,
+            self.shuffle,
+            self.seed,
+            advance(self.shuffle, self.start, first, len(self.population)),
+            count,
+        )
 
 
 def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:

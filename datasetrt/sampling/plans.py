@@ -94,8 +94,9 @@ def _contiguous(rows: range | np.ndarray) -> range | np.ndarray:
     return rows
 
 
-def _stream_tables(names: tuple[str, ...], streams: StreamRows, order: str, seed: int
-                   ) -> tuple[perm.StreamTables, list[_Draws] | None]:
+def _stream_tables(
+    names: tuple[str, ...], streams: StreamRows, order: str, seed: int
+) -> tuple[perm.StreamTables, list[_Draws] | None]:
     """The kernel's per-stream tables (the streams' row arrays, referenced; the running sums of
     repeat counts for exactly-once streams, refusing non-integer weights) and, for weighted
     streams, their draws. O(rows) once per plan."""
@@ -103,13 +104,19 @@ def _stream_tables(names: tuple[str, ...], streams: StreamRows, order: str, seed
     ends: list[np.ndarray | None] = []
     for name in names:
         weights = streams.weights[name] if permuted else None
-        counts = None if weights is None else repeat_counts(
-            weights, lambda i, name=name: f"stream {name!r} row {i} (table row {int(streams.rows[name][i])})")
+        counts = (
+            None
+            if weights is None
+            else repeat_counts(
+                weights, lambda i, name=name: f"stream {name!r} row {i} (table row {int(streams.rows[name][i])})"
+            )
+        )
         ends.append(None if counts is None else np.cumsum(counts))
     if any(e is not None and int(e[-1]) > MAX_POSITIONS_PER_EPOCH for e in ends):
         raise SamplingConfigError("a stream has more than 2**62 positions per epoch")
-    tables = perm.StreamTables([stream_label(n) for n in names], [_contiguous(streams.rows[n]) for n in names],
-                               ends, permuted)
+    tables = perm.StreamTables(
+        [stream_label(n) for n in names], [_contiguous(streams.rows[n]) for n in names], ends, permuted
+    )
     if permuted:
         return tables, None
     return tables, [_Draws(n, streams.rows[n], streams.weights[n], seed) for n in names]
@@ -140,13 +147,22 @@ class SegmentedPlan:
 
     KIND = "datasetrt.sampling.plan"
 
-    def __init__(self, names: tuple[str, ...], stages: Sequence[StageSpec], streams: StreamRows, seed: int,
-                 order: str, batch_size: int = 1) -> None:
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        stages: Sequence[StageSpec],
+        streams: StreamRows,
+        seed: int,
+        order: str,
+        batch_size: int = 1,
+    ) -> None:
         if type(seed) is not int or not 0 <= seed < 1 << 64:
             raise SamplingConfigError(f"seed must be a u64, got {seed!r}")
         missing = [n for n in names if n not in streams.rows]
         if missing:
-            raise UnknownStreamError(f"no rows were resolved for stream {missing[0]!r}; resolved: {list(streams.names)!r}")
+            raise UnknownStreamError(
+                f"no rows were resolved for stream {missing[0]!r}; resolved: {list(streams.names)!r}"
+            )
         self.names = names
         self.stages = tuple(stages)
         self.seed = seed
@@ -203,8 +219,10 @@ class SegmentedPlan:
         for the end position of a finite plan. Empty segments are skipped."""
         segments = segments or self._segments
         if position < segments[0].start:
-            raise PlanRangeError(f"position {position} is before this plan's first stage start "
-                                 f"{segments[0].start} (a resumed plan starts at its state's stage)")
+            raise PlanRangeError(
+                f"position {position} is before this plan's first stage start "
+                f"{segments[0].start} (a resumed plan starts at its state's stage)"
+            )
         for i in range(len(segments) - 1, -1, -1):
             seg = segments[i]
             if seg.start <= position and (seg.end is None or position < seg.end):
@@ -278,11 +296,24 @@ class SegmentedPlan:
     # -- state ----------------------------------------------------------------------------------
 
     def _identity(self) -> dict:
-        return {"seed": self.seed, "order": self.order, "batch_size": self.batch_size, "streams": list(self.names),
-                "stream_sizes": self.stream_sizes.tolist(),
-                "stream_digests": [self._streams.digest(n) for n in self.names],
-                "stages": [{"name": s.name, "weights": list(s.weights), "period": s.period, "samples": s.samples,
-                            "on_exhausted": s.on_exhausted} for s in self.stages]}
+        return {
+            "seed": self.seed,
+            "order": self.order,
+            "batch_size": self.batch_size,
+            "streams": list(self.names),
+            "stream_sizes": self.stream_sizes.tolist(),
+            "stream_digests": [self._streams.digest(n) for n in self.names],
+            "stages": [
+                {
+                    "name": s.name,
+                    "weights": list(s.weights),
+                    "period": s.period,
+                    "samples": s.samples,
+                    "on_exhausted": s.on_exhausted,
+                }
+                for s in self.stages
+            ],
+        }
 
     def state_dict(self, position: int) -> dict:
         """The plan at `position` (the next sample to deliver) as plain ints, strings and lists:
@@ -292,17 +323,28 @@ class SegmentedPlan:
         seg = self._segment_at(position)
         done = seg.bases + seg.inter.count_before(position - seg.start)
         identity = self._identity()
-        return {"kind": self.KIND, "version": STATE_VERSION, "fingerprint": _fingerprint(identity), **identity,
-                "position": position, "stage": seg.stage, "stage_start": seg.start, "stage_end": seg.end,
-                "stage_stream_positions": seg.bases.tolist(), "stream_positions": done.tolist(),
-                "stream_epochs": (done // self.stream_sizes).tolist()}
+        return {
+            "kind": self.KIND,
+            "version": STATE_VERSION,
+            "fingerprint": _fingerprint(identity),
+            **identity,
+            "position": position,
+            "stage": seg.stage,
+            "stage_start": seg.start,
+            "stage_end": seg.end,
+            "stage_stream_positions": seg.bases.tolist(),
+            "stream_positions": done.tolist(),
+            "stream_epochs": (done // self.stream_sizes).tolist(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> int:
         """Continue from `state` (taken by `state_dict` on an equal plan); returns its position.
         A state of another plan is refused naming the first difference; the plan is unchanged
         on any error."""
         if not isinstance(state, Mapping) or state.get("kind") != self.KIND:
-            raise SamplingStateError(f"not a {self.KIND} state (kind {state.get('kind') if isinstance(state, Mapping) else None!r})")
+            raise SamplingStateError(
+                f"not a {self.KIND} state (kind {state.get('kind') if isinstance(state, Mapping) else None!r})"
+            )
         if state.get("version") != STATE_VERSION:
             raise SamplingStateError(f"unsupported sampling state version {state.get('version')!r}")
         mine = self._identity()
@@ -326,7 +368,9 @@ class SegmentedPlan:
         if not (isinstance(bases, list) and len(bases) == m and all(type(b) is int and b >= 0 for b in bases)):
             raise SamplingStateError("sampling state has invalid stage_stream_positions")
         if start % self.batch_size or position < start:
-            raise SamplingStateError(f"sampling state: stage_start {start} is not a batch boundary at or before position {position}")
+            raise SamplingStateError(
+                f"sampling state: stage_start {start} is not a batch boundary at or before position {position}"
+            )
         bases_arr = np.array(bases, dtype=np.int64)
         natural = self._segment(stage, start, bases_arr)
         if end is not None:
@@ -339,8 +383,9 @@ class SegmentedPlan:
         segment = _Segment(stage, start, end, bases_arr, natural.inter)
         done = bases_arr + natural.inter.count_before(position - start)
         if state.get("stream_positions") != done.tolist():
-            raise SamplingStateError("sampling state is inconsistent: stream_positions do not follow from "
-                                     "the stage start and position")
+            raise SamplingStateError(
+                "sampling state is inconsistent: stream_positions do not follow from the stage start and position"
+            )
         return segment, position
 
 

@@ -33,9 +33,15 @@ class PopulationExport:
         return len(next(iter(self.columns.values()))) if self.columns else 0
 
 
-
-def from_rows(catalog: CacheCatalog, cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray, *,
-              source: Population | None = None, selection: np.ndarray | None = None) -> Population:
+def from_rows(
+    catalog: CacheCatalog,
+    cache_pos: np.ndarray,
+    sample_id: np.ndarray,
+    weights: np.ndarray,
+    *,
+    source: Population | None = None,
+    selection: np.ndarray | None = None,
+) -> Population:
     """A population of these (trusted) rows. With `source` (the population they were selected
     from) and `selection` (int64: their rows in `source`, in order; None: all of them), the new
     population keeps `source`'s mixture or curriculum, its streams regrouped to the selection

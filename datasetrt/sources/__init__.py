@@ -32,8 +32,16 @@ from datasetrt.sources.files import (
 from datasetrt.sources.hf import HFDatasetSource
 
 __all__ = [
-    "ArrowSource", "BatchSource", "Columns", "HFDatasetSource", "JsonLinesSource", "NumpySource",
-    "ParquetSource", "RecordBatchSource", "default_name", "open_path",
+    "ArrowSource",
+    "BatchSource",
+    "Columns",
+    "HFDatasetSource",
+    "JsonLinesSource",
+    "NumpySource",
+    "ParquetSource",
+    "RecordBatchSource",
+    "default_name",
+    "open_path",
 ]
 
 _KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))

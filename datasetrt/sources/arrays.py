@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.sources.base import BatchSource, Part
 from datasetrt.sources.columns import LEAF_DTYPES, Where
+from datasetrt.values.config import PayloadSpec
 
 PAYLOAD = "data"  # the payload column's name inside the Arrow batches this source builds
 
@@ -33,9 +33,18 @@ class NumpySource(BatchSource):
     `np.load(..., mmap_mode="r")` array is read a slice at a time. Errors name the row.
     """
 
-    def __init__(self, name: str, data: Any, *, offsets: Any = None, metadata: Mapping[str, Any] | None = None,
-                 rename: Mapping[str, str] | None = None, payload_spec: Any = None,
-                 index_column: str | None = None, batch_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        data: Any,
+        *,
+        offsets: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int | None = None,
+    ) -> None:
         if not isinstance(data, np.ndarray):
             raise ArgumentTypeError(f"data must be a numpy array, got {type(data).__name__}")
         if data.dtype not in LEAF_DTYPES.values():
@@ -59,14 +68,23 @@ class NumpySource(BatchSource):
         if PAYLOAD in metadata:
             raise ConfigError(f"metadata column name {PAYLOAD!r} is taken by the payload here; rename it")
         extra = {} if batch_bytes is None else {"batch_bytes": batch_bytes}
-        super().__init__(name, payload=PAYLOAD, metadata=list(metadata), rename=rename, payload_spec=payload_spec,
-                         index_column=index_column, **extra)
+        super().__init__(
+            name,
+            payload=PAYLOAD,
+            metadata=list(metadata),
+            rename=rename,
+            payload_spec=payload_spec,
+            index_column=index_column,
+            **extra,
+        )
         self.count = len(data) if self.offsets is None else len(self.offsets) - 1
         self.metadata_arrays = {}
         for key, values in metadata.items():
             values = np.asarray(values)
             if values.ndim != 1 or len(values) != self.count:
-                raise ConfigError(f"metadata array {key!r} has shape {values.shape}; it must be 1-D of length {self.count}")
+                raise ConfigError(
+                    f"metadata array {key!r} has shape {values.shape}; it must be 1-D of length {self.count}"
+                )
             self.metadata_arrays[key] = values
 
     def __len__(self) -> int:
@@ -95,7 +113,7 @@ class NumpySource(BatchSource):
             lo, hi = int(self.offsets[start]), int(self.offsets[stop])
             values = self.data[lo:hi]
             inner = _nested(np.ascontiguousarray(values).reshape(-1), values.shape[1:], outer=False)
-            payload = pa.LargeListArray.from_arrays(pa.array(self.offsets[start:stop + 1] - lo), inner)
+            payload = pa.LargeListArray.from_arrays(pa.array(self.offsets[start : stop + 1] - lo), inner)
         columns = {PAYLOAD: payload}
         for key, values in self.metadata_arrays.items():
             columns[key] = pa.array(values[start:stop])

@@ -11,10 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.values.records import CacheInput
 from datasetrt.sources.columns import Columns, Where
+from datasetrt.values.config import PayloadSpec
+from datasetrt.values.records import CacheInput
 
 BATCH_BYTES = 8 << 20  # conversion works on record batches of about this many input bytes
 MAX_BATCH_ROWS = 65_536
@@ -40,10 +40,18 @@ class BatchSource:
     part's inferred one (see `payload_spec`).
     """
 
-    def __init__(self, name: str, *, payload: str | None = None, metadata: Sequence[str] | None = None,
-                 rename: Mapping[str, str] | None = None, payload_spec: Any = None,
-                 index_column: str | None = None, batch_bytes: int = BATCH_BYTES,
-                 columns: Columns | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int = BATCH_BYTES,
+        columns: Columns | None = None,
+    ) -> None:
         if not isinstance(name, str):
             raise ArgumentTypeError(f"source name must be a str, got {type(name).__name__}")
         if not isinstance(batch_bytes, int) or batch_bytes <= 0:
@@ -86,8 +94,10 @@ class BatchSource:
                 first = part.label, spec
                 self._spec = spec
             elif spec != first[1]:
-                raise SourceInputError(f"{part.label}: payload spec {describe_spec(spec)} differs from "
-                                       f"{describe_spec(first[1])} of {first[0]}; give a payload_spec to cast them to one")
+                raise SourceInputError(
+                    f"{part.label}: payload spec {describe_spec(spec)} differs from "
+                    f"{describe_spec(first[1])} of {first[0]}; give a payload_spec to cast them to one"
+                )
             for where, batch in part.batches:
                 yield from converter.records(batch, where)
 
@@ -113,8 +123,9 @@ class RecordBatchSource(BatchSource):
     it in errors). Tables are converted in slices of about `batch_bytes`. Rows are numbered from
     `first_row` (in errors and the index column): the position of this data in a larger whole."""
 
-    def __init__(self, name: str, data: Any, *, description: str | None = None, first_row: int = 0,
-                 **columns: Any) -> None:
+    def __init__(
+        self, name: str, data: Any, *, description: str | None = None, first_row: int = 0, **columns: Any
+    ) -> None:
         super().__init__(name, **columns)
         self.data = data
         self.description = description or f"Arrow data of source {name!r}"
@@ -142,8 +153,10 @@ class RecordBatchSource(BatchSource):
         index = 0
         for item in _chain(head, rest):
             if not item.schema.equals(head.schema):
-                raise SourceInputError(f"{self.description}: record batch {index} has schema {item.schema}, "
-                                       f"which differs from the first batch's {head.schema}")
+                raise SourceInputError(
+                    f"{self.description}: record batch {index} has schema {item.schema}, "
+                    f"which differs from the first batch's {head.schema}"
+                )
             batches = item.to_batches() if isinstance(item, pa.Table) else [item]
             for batch in batches:
                 rows = self.batch_rows(batch.nbytes / max(1, batch.num_rows))

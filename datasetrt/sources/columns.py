@@ -27,15 +27,15 @@ import copy
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from datasetrt.values.config import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
+from datasetrt.values.config import PayloadSpec
 from datasetrt.values.payloads import dims_product
 from datasetrt.values.records import CacheInput
 
@@ -43,11 +43,17 @@ INT64_MAX = (1 << 63) - 1
 RESERVED_NAMES = ("cache_id", "sample_id", "weight")  # columns of the metadata table, not of a cache
 LEAF_DTYPES = {
     pa.bool_(): np.dtype(np.bool_),
-    pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16),
-    pa.int32(): np.dtype(np.int32), pa.int64(): np.dtype(np.int64),
-    pa.uint8(): np.dtype(np.uint8), pa.uint16(): np.dtype(np.uint16),
-    pa.uint32(): np.dtype(np.uint32), pa.uint64(): np.dtype(np.uint64),
-    pa.float16(): np.dtype(np.float16), pa.float32(): np.dtype(np.float32), pa.float64(): np.dtype(np.float64),
+    pa.int8(): np.dtype(np.int8),
+    pa.int16(): np.dtype(np.int16),
+    pa.int32(): np.dtype(np.int32),
+    pa.int64(): np.dtype(np.int64),
+    pa.uint8(): np.dtype(np.uint8),
+    pa.uint16(): np.dtype(np.uint16),
+    pa.uint32(): np.dtype(np.uint32),
+    pa.uint64(): np.dtype(np.uint64),
+    pa.float16(): np.dtype(np.float16),
+    pa.float32(): np.dtype(np.float32),
+    pa.float64(): np.dtype(np.float64),
 }
 
 
@@ -101,9 +107,15 @@ class Columns:
     have a length that fits it. Picklable (sent to Ray tasks).
     """
 
-    def __init__(self, payload: str | None = None, metadata: Sequence[str] | None = None, *,
-                 rename: Mapping[str, str] | None = None, payload_spec: Any = None,
-                 index_column: str | None = None) -> None:
+    def __init__(
+        self,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        *,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+    ) -> None:
         if payload is not None and not isinstance(payload, str):
             raise ArgumentTypeError(f"payload column must be a str, got {type(payload).__name__}")
         if isinstance(metadata, str) or (metadata is not None and not all(isinstance(m, str) for m in metadata)):
@@ -124,9 +136,15 @@ class Columns:
             raise ConfigError(f"metadata columns repeat a name: {list(self.metadata)}")
 
     @classmethod
-    def of(cls, columns: Columns | None = None, payload: str | None = None, metadata: Sequence[str] | None = None,
-           rename: Mapping[str, str] | None = None, payload_spec: Any = None,
-           index_column: str | None = None) -> Columns:
+    def of(
+        cls,
+        columns: Columns | None = None,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+    ) -> Columns:
         """`columns` itself, or a Columns built from the keywords (giving both is a ConfigError)."""
         if columns is None:
             return cls(payload, metadata, rename=rename, payload_spec=payload_spec, index_column=index_column)
@@ -139,9 +157,13 @@ class Columns:
     def fingerprint(self) -> dict:
         """The mapping as plain JSON values (for build fingerprints)."""
         return {
-            "payload": self.payload, "metadata": None if self.metadata is None else list(self.metadata),
-            "rename": dict(sorted(self.rename.items())), "index_column": self.index_column,
-            "payload_spec": None if self.payload_spec is None else [self.payload_spec.dtype, list(self.payload_spec.shape)],
+            "payload": self.payload,
+            "metadata": None if self.metadata is None else list(self.metadata),
+            "rename": dict(sorted(self.rename.items())),
+            "index_column": self.index_column,
+            "payload_spec": None
+            if self.payload_spec is None
+            else [self.payload_spec.dtype, list(self.payload_spec.shape)],
         }
 
     def with_spec(self, spec: PayloadSpec | None) -> Columns:
@@ -161,7 +183,9 @@ class Columns:
     def _payload_column(self, schema: pa.Schema, source: str) -> str:
         payload = self.payload if self.payload is not None else _infer_payload(schema, source)
         if payload not in schema.names:
-            raise SourceInputError(f"{source}: payload column {payload!r} not found (columns: {', '.join(schema.names)})")
+            raise SourceInputError(
+                f"{source}: payload column {payload!r} not found (columns: {', '.join(schema.names)})"
+            )
         return payload
 
     def bind(self, schema: pa.Schema, source: str) -> BatchConverter:
@@ -174,31 +198,45 @@ class Columns:
             metadata = list(self.metadata)
             missing = [m for m in metadata if m not in names]
             if missing:
-                raise SourceInputError(f"{source}: metadata column(s) {', '.join(map(repr, missing))} not found "
-                                       f"(columns: {', '.join(names)})")
+                raise SourceInputError(
+                    f"{source}: metadata column(s) {', '.join(map(repr, missing))} not found "
+                    f"(columns: {', '.join(names)})"
+                )
         unknown = [k for k in self.rename if k not in metadata]
         if unknown:
-            raise SourceInputError(f"{source}: rename names column(s) {', '.join(map(repr, unknown))} that are not "
-                                   f"metadata columns ({', '.join(metadata) or 'none'})")
+            raise SourceInputError(
+                f"{source}: rename names column(s) {', '.join(map(repr, unknown))} that are not "
+                f"metadata columns ({', '.join(metadata) or 'none'})"
+            )
         outputs = [self.rename.get(m, m) for m in metadata]
         if self.index_column is not None:
             outputs.append(self.index_column)
         _check_output_names(outputs, source)
         for column in metadata:
             _metadata_type(column, schema.field(column).type, source)
-        return BatchConverter(payload, schema.field(payload).type, metadata, outputs, self.payload_spec,
-                              self.index_column is not None, source)
+        return BatchConverter(
+            payload,
+            schema.field(payload).type,
+            metadata,
+            outputs,
+            self.payload_spec,
+            self.index_column is not None,
+            source,
+        )
 
 
 def _check_output_names(outputs: list[str], source: str) -> None:
     if not outputs:
-        raise SourceInputError(f"{source}: no metadata columns: a cache needs at least one "
-                               f"(choose metadata columns or an index column)")
+        raise SourceInputError(
+            f"{source}: no metadata columns: a cache needs at least one (choose metadata columns or an index column)"
+        )
     seen: set[str] = set()
     for name in outputs:
         if name in RESERVED_NAMES:
-            raise SourceInputError(f"{source}: metadata column name {name!r} is reserved (cache_id, sample_id and "
-                                   f"weight are columns of the metadata table); rename it")
+            raise SourceInputError(
+                f"{source}: metadata column name {name!r} is reserved (cache_id, sample_id and "
+                f"weight are columns of the metadata table); rename it"
+            )
         if name in seen:
             raise SourceInputError(f"{source}: two metadata columns would be named {name!r}")
         seen.add(name)
@@ -209,13 +247,19 @@ def _infer_payload(schema: pa.Schema, source: str) -> str:
     if len(binary) == 1:
         return binary[0]
     found = f"binary columns: {', '.join(binary)}" if binary else "no binary column"
-    raise SourceInputError(f"{source}: no payload column given and the schema has {found}; "
-                           f"name the payload column (columns: {', '.join(schema.names)})")
+    raise SourceInputError(
+        f"{source}: no payload column given and the schema has {found}; "
+        f"name the payload column (columns: {', '.join(schema.names)})"
+    )
 
 
 def _is_binary(t: pa.DataType) -> bool:
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or pa.types.is_binary_view(t))
+    return (
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_binary_view(t)
+    )
 
 
 def _is_string(t: pa.DataType) -> bool:
@@ -237,8 +281,10 @@ def _metadata_type(column: str, t: pa.DataType, source: str) -> None:
     if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or _is_string(t):
         return
     what = "nested metadata" if _is_nested(t) else "unsupported metadata type"
-    raise SourceInputError(f"{source}: {what}: column {column!r} has type {t}; metadata values must be "
-                           f"bool, int, float or string (flatten or cast it, or leave it out)")
+    raise SourceInputError(
+        f"{source}: {what}: column {column!r} has type {t}; metadata values must be "
+        f"bool, int, float or string (flatten or cast it, or leave it out)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -249,8 +295,16 @@ def _metadata_type(column: str, t: pa.DataType, source: str) -> None:
 class BatchConverter:
     """Converts record batches of one bound schema (`columns`: the input columns to read)."""
 
-    def __init__(self, payload: str, payload_type: pa.DataType, metadata: list[str], outputs: list[str],
-                 spec: PayloadSpec | None, with_index: bool, source: str) -> None:
+    def __init__(
+        self,
+        payload: str,
+        payload_type: pa.DataType,
+        metadata: list[str],
+        outputs: list[str],
+        spec: PayloadSpec | None,
+        with_index: bool,
+        source: str,
+    ) -> None:
         self.payload = payload
         self.metadata = metadata
         self.outputs = outputs
@@ -299,16 +353,19 @@ def _metadata_values(array: pa.Array, column: str, where: Where) -> list:
         finite = np.isfinite(values)
         if not finite.all():
             row = _first(~finite)
-            raise SourceInputError(f"{where.at(row)}: metadata column {column!r} ({t}) is {values[row]}; "
-                                   f"float metadata must be finite")
+            raise SourceInputError(
+                f"{where.at(row)}: metadata column {column!r} ({t}) is {values[row]}; float metadata must be finite"
+            )
         if values.dtype != np.float64:
             values = values.astype(np.float64)
     elif t == pa.uint64():
         big = values > INT64_MAX
         if big.any():
             row = _first(big)
-            raise SourceInputError(f"{where.at(row)}: metadata column {column!r} ({t}) is {int(values[row])}, "
-                                   f"outside the int64 range of metadata")
+            raise SourceInputError(
+                f"{where.at(row)}: metadata column {column!r} ({t}) is {int(values[row])}, "
+                f"outside the int64 range of metadata"
+            )
     return values.tolist()
 
 
@@ -320,9 +377,11 @@ def _payload_values(column: str, t: pa.DataType, spec: PayloadSpec | None, sourc
     if _is_list(t) or pa.types.is_fixed_size_list(t):
         return _TypedPayloads(column, t, spec, source)
     what = "nested" if _is_nested(t) else "unsupported"
-    raise SourceInputError(f"{source}: payload column {column!r} has {what} type {t}; a payload must be binary, "
-                           f"string, an encoded file (struct with a binary 'bytes' field), or a list / "
-                           f"fixed-size list of numbers")
+    raise SourceInputError(
+        f"{source}: payload column {column!r} has {what} type {t}; a payload must be binary, "
+        f"string, an encoded file (struct with a binary 'bytes' field), or a list / "
+        f"fixed-size list of numbers"
+    )
 
 
 class _BytePayloads:
@@ -333,9 +392,12 @@ class _BytePayloads:
         self.column = column
         self.type = t
         self.spec = spec
-        if pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t) or pa.types.is_string_view(t):
-            self.cast = pa.large_binary()
-        elif pa.types.is_large_string(t):
+        if (
+            pa.types.is_fixed_size_binary(t)
+            or pa.types.is_binary_view(t)
+            or pa.types.is_string_view(t)
+            or pa.types.is_large_string(t)
+        ):
             self.cast = pa.large_binary()
         elif pa.types.is_string(t):
             self.cast = pa.binary()
@@ -344,25 +406,29 @@ class _BytePayloads:
 
     def __call__(self, array: pa.Array, where: Where) -> list:
         if array.null_count:
-            raise SourceInputError(f"{where.at(_first_null(array))}: payload column {self.column!r} ({self.type}) is null")
+            raise SourceInputError(
+                f"{where.at(_first_null(array))}: payload column {self.column!r} ({self.type}) is null"
+            )
         if self.cast is not None:
             array = array.cast(self.cast)
         offsets_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
         _, offsets_buf, data_buf = array.buffers()
-        offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset: array.offset + len(array) + 1]
+        offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
         if self.spec is not None:
             self._check_lengths(np.diff(offsets), where)
         data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
         bounds = offsets.tolist()
-        return [data[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [data[a:b] for a, b in pairwise(bounds)]
 
     def _check_lengths(self, lengths: np.ndarray, where: Where) -> None:
         spec = self.spec
         bad = lengths != spec.record_bytes if spec.dense else lengths % spec.unit_bytes != 0
         if bad.any():
             row = _first(bad)
-            raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} holds {int(lengths[row])} bytes; "
-                                   f"payload spec {spec} needs {spec.expected_bytes()}")
+            raise SourceInputError(
+                f"{where.at(row)}: payload column {self.column!r} holds {int(lengths[row])} bytes; "
+                f"payload spec {spec} needs {spec.expected_bytes()}"
+            )
 
 
 def _is_encoded_file(t: pa.DataType) -> bool:
@@ -383,13 +449,16 @@ class _EncodedFilePayloads(_BytePayloads):
 
     def __call__(self, array: pa.Array, where: Where) -> list:
         if array.null_count:
-            raise SourceInputError(f"{where.at(_first_null(array))}: payload column {self.column!r} "
-                                   f"({self.struct_type}) is null")
+            raise SourceInputError(
+                f"{where.at(_first_null(array))}: payload column {self.column!r} ({self.struct_type}) is null"
+            )
         encoded = pc.struct_field(array, "bytes")
         if encoded.null_count:
-            raise SourceInputError(f"{where.at(_first_null(encoded))}: payload column {self.column!r} "
-                                   f"({self.struct_type}) has no bytes (a file stored by path only); embed the "
-                                   f"files first (datasets: Dataset.embed_external_files / cast_column(decode=False))")
+            raise SourceInputError(
+                f"{where.at(_first_null(encoded))}: payload column {self.column!r} "
+                f"({self.struct_type}) has no bytes (a file stored by path only); embed the "
+                f"files first (datasets: Dataset.embed_external_files / cast_column(decode=False))"
+            )
         return super().__call__(encoded, where)
 
 
@@ -409,8 +478,10 @@ class _TypedPayloads:
         if pa.types.is_fixed_size_list(t):
             inner.insert(0, t.list_size)
         if leaf not in LEAF_DTYPES:
-            raise SourceInputError(f"{source}: payload column {column!r} has type {t}; list payloads must hold "
-                                   f"numbers or bools (at most one variable-length level, the outermost)")
+            raise SourceInputError(
+                f"{source}: payload column {column!r} has type {t}; list payloads must hold "
+                f"numbers or bools (at most one variable-length level, the outermost)"
+            )
         self.leaf_dtype = LEAF_DTYPES[leaf]
         self.ragged = ragged
         self.inner = tuple(inner)
@@ -424,7 +495,9 @@ class _TypedPayloads:
 
     def __call__(self, array: pa.Array, where: Where) -> list:
         if array.null_count:
-            raise SourceInputError(f"{where.at(_first_null(array))}: payload column {self.column!r} ({self.type}) is null")
+            raise SourceInputError(
+                f"{where.at(_first_null(array))}: payload column {self.column!r} ({self.type}) is null"
+            )
         n = len(array)
         counts = np.full(n, math.prod(self.inner), dtype=np.int64)
         leaf = array
@@ -438,8 +511,10 @@ class _TypedPayloads:
         if leaf.null_count:
             element = _first_null(leaf)
             row = int(np.searchsorted(offsets, element, side="right") - 1)
-            raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} ({self.type}) has a null "
-                                   f"element (index {element - int(offsets[row])} of the record)")
+            raise SourceInputError(
+                f"{where.at(row)}: payload column {self.column!r} ({self.type}) has a null "
+                f"element (index {element - int(offsets[row])} of the record)"
+            )
         values = leaf.to_numpy(zero_copy_only=False)
         if values.dtype != self.dtype:
             values = self._cast(values, offsets, where)
@@ -453,13 +528,16 @@ class _TypedPayloads:
         if not exact.all():
             element = _first(~exact)
             row = int(np.searchsorted(offsets, element, side="right") - 1)
-            raise SourceInputError(f"{where.at(row)}: payload column {self.column!r} value {values[element]} "
-                                   f"({values.dtype}) does not fit payload spec dtype {target.name}")
+            raise SourceInputError(
+                f"{where.at(row)}: payload column {self.column!r} value {values[element]} "
+                f"({values.dtype}) does not fit payload spec dtype {target.name}"
+            )
         return cast
 
 
-def _split(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, spec: PayloadSpec, column: str,
-           where: Where) -> list:
+def _split(
+    values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, spec: PayloadSpec, column: str, where: Where
+) -> list:
     """Per-record views of `values` (record i = values[offsets[i]:offsets[i+1]]) in `spec`'s shape."""
     axis = spec.ragged_axis
     shape = spec.shape
@@ -468,19 +546,21 @@ def _split(values: np.ndarray, offsets: np.ndarray, counts: np.ndarray, spec: Pa
     if bad.any():
         row = _first(bad)
         need = f"{unit} elements" if axis is None else f"a multiple of {unit} elements"
-        raise SourceInputError(f"{where.at(row)}: payload column {column!r} holds {int(counts[row])} elements; "
-                               f"payload spec {spec} needs {need}")
+        raise SourceInputError(
+            f"{where.at(row)}: payload column {column!r} holds {int(counts[row])} elements; "
+            f"payload spec {spec} needs {need}"
+        )
     n = len(counts)
     if axis is None:
         return list(values.reshape(n, *shape))
     if axis == 0:
         steps = values.reshape(-1, *shape[1:])
         cuts = (offsets // unit).tolist()
-        return [steps[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        return [steps[a:b] for a, b in pairwise(cuts)]
     bounds = offsets.tolist()
     dims = list(shape)
     out = []
-    for a, b in zip(bounds[:-1], bounds[1:]):  # ragged inner axis: a reshape per record
+    for a, b in pairwise(bounds):  # ragged inner axis: a reshape per record
         dims[axis] = (b - a) // unit
         out.append(values[a:b].reshape(dims))
     return out

@@ -49,8 +49,10 @@ def list_files(paths: PathArg, suffixes: tuple[str, ...], what: str) -> list[Pat
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted((f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith(suffixes)),
-                           key=lambda f: f.relative_to(p).as_posix())
+            found = sorted(
+                (f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith(suffixes)),
+                key=lambda f: f.relative_to(p).as_posix(),
+            )
             if not found:
                 raise ConfigError(f"{p}: no {what} files (*{', *'.join(suffixes)}) in this directory")
             files.extend(found)
@@ -120,8 +122,7 @@ class ParquetSource(_FileSource):
             rows = self.batch_rows(rg.total_byte_size / max(1, rg.num_rows))
             at = 0
             try:
-                for batch in pf.iter_batches(batch_size=rows, row_groups=[group], columns=wanted,
-                                             use_threads=False):
+                for batch in pf.iter_batches(batch_size=rows, row_groups=[group], columns=wanted, use_threads=False):
                     yield Where(str(path), "row group", group, row + at, at), batch
                     at += batch.num_rows
             except (pa.ArrowException, OSError) as exc:
@@ -160,7 +161,9 @@ class ArrowSource(_FileSource):
                 try:
                     reader = ipc.open_stream(f)
                 except (pa.ArrowException, OSError) as exc:
-                    raise _reading(path, " (neither an Arrow IPC file nor stream; Feather v1 is not read)", exc) from None
+                    raise _reading(
+                        path, " (neither an Arrow IPC file nor stream; Feather v1 is not read)", exc
+                    ) from None
                 batches = iter(reader)
             yield Part(str(path), reader.schema, self._batches(path, batches))
 
@@ -194,16 +197,19 @@ class JsonLinesSource(_FileSource):
     SUFFIXES = JSONL_SUFFIXES
     WHAT = "JSON Lines"
 
-    def __init__(self, name: str, paths: PathArg, *, column_types: Mapping[str, pa.DataType] | None = None,
-                 **columns: Any) -> None:
+    def __init__(
+        self, name: str, paths: PathArg, *, column_types: Mapping[str, pa.DataType] | None = None, **columns: Any
+    ) -> None:
         super().__init__(name, paths, **columns)
         self.column_types = dict(column_types or {})
 
     def _file_parts(self, path: Path) -> Iterator[Part]:
         block = max(1 << 16, min(self.batch_bytes // JSON_TEXT_FACTOR, 1 << 30))
         read = pajson.ReadOptions(block_size=block, use_threads=False)
-        parse = pajson.ParseOptions(explicit_schema=pa.schema(self.column_types) if self.column_types else None,
-                                    unexpected_field_behavior="infer")
+        parse = pajson.ParseOptions(
+            explicit_schema=pa.schema(self.column_types) if self.column_types else None,
+            unexpected_field_behavior="infer",
+        )
         try:
             stream = pa.input_stream(str(path), compression="detect")
         except (pa.ArrowException, OSError) as exc:

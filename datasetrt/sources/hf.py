@@ -31,7 +31,9 @@ class HFDatasetSource(BatchSource):
     def __init__(self, name: str, dataset: Any, *, batch_rows: int | None = None, **columns: Any) -> None:
         super().__init__(name, **columns)
         if not hasattr(dataset, "with_format"):
-            raise ArgumentTypeError(f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}")
+            raise ArgumentTypeError(
+                f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}"
+            )
         self.dataset = dataset
         self.rows_per_batch = batch_rows
 
@@ -41,7 +43,11 @@ class HFDatasetSource(BatchSource):
     def _label(self) -> str:
         info = getattr(self.dataset, "info", None)
         name = getattr(info, "dataset_name", None) or getattr(info, "builder_name", None)
-        return f"Hugging Face dataset {name!r} of source {self.name!r}" if name else f"Hugging Face dataset of source {self.name!r}"
+        return (
+            f"Hugging Face dataset {name!r} of source {self.name!r}"
+            if name
+            else f"Hugging Face dataset of source {self.name!r}"
+        )
 
     def _rows(self) -> int:
         if self.rows_per_batch is not None:

@@ -22,7 +22,12 @@ from datasetrt.table.catalog import CacheCatalog
 
 IDENTITY_DTYPES = (pl.Int32, pl.Int64, pl.UInt32, pl.UInt64)
 WEIGHT_DTYPES = (*IDENTITY_DTYPES, pl.Float32, pl.Float64)
-STORED_DTYPES = {"int": (pl.Int64, "Int64"), "float": (pl.Float64, "Float64"), "bool": (pl.Boolean, "Boolean"), "string": (pl.String, "Utf8")}
+STORED_DTYPES = {
+    "int": (pl.Int64, "Int64"),
+    "float": (pl.Float64, "Float64"),
+    "bool": (pl.Boolean, "Boolean"),
+    "string": (pl.String, "Utf8"),
+}
 
 
 def physical_table(
@@ -125,7 +130,9 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     unknown = np.flatnonzero(~known)
     if unknown.size:
         i = int(unknown[0])
-        raise _fail(f"unknown samples metadata row identity cache_id={int(cache_ids[i])} sample_id={int(sample_ids[i])}")
+        raise _fail(
+            f"unknown samples metadata row identity cache_id={int(cache_ids[i])} sample_id={int(sample_ids[i])}"
+        )
     if first is not None:
         raise _fail(first[3])
     weights = df.get_column(WEIGHT_COLUMN).to_numpy().astype(np.float64)
@@ -133,7 +140,9 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     if bad.size:
         # dataset-rt's text names the row position ("weight 5"); then the row's identity and value.
         row = int(bad[0])
-        raise _fail(f"weight {row} must be positive and finite: row {row} (cache_id={int(cache_ids[row])}, "
-                    f"sample_id={int(sample_ids[row])}) has weight {float(weights[row])!r}"
-                    + (f"; {bad.size - 1} more row{'s' if bad.size > 2 else ''} too" if bad.size > 1 else ""))
+        raise _fail(
+            f"weight {row} must be positive and finite: row {row} (cache_id={int(cache_ids[row])}, "
+            f"sample_id={int(sample_ids[row])}) has weight {float(weights[row])!r}"
+            + (f"; {bad.size - 1} more row{'s' if bad.size > 2 else ''} too" if bad.size > 1 else "")
+        )
     return ActiveRows(cache_pos=pos, sample_id=sample_ids.copy(), weights=np.ascontiguousarray(weights))

@@ -55,15 +55,20 @@ def _column_values(frame: pl.DataFrame, stream: Stream, name: str) -> pl.Expr:
     elif dtype.is_float():
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     else:
-        raise SamplingConfigError(f"stream {name!r}: column {column!r} has type {dtype}; streams group by "
-                                  "string, integer, float or boolean columns")
+        raise SamplingConfigError(
+            f"stream {name!r}: column {column!r} has type {dtype}; streams group by "
+            "string, integer, float or boolean columns"
+        )
     if not ok:
-        raise SamplingConfigError(f"stream {name!r}: values {list(values)!r} do not match column {column!r} of type {dtype}")
+        raise SamplingConfigError(
+            f"stream {name!r}: values {list(values)!r} do not match column {column!r} of type {dtype}"
+        )
     return pl.col(column).is_in(list(values)).fill_null(False)
 
 
-def group_streams(frame: pl.DataFrame, streams: Mapping[str, Stream],
-                  caches: Mapping[str | os.PathLike, int] | None = None) -> StreamRows:
+def group_streams(
+    frame: pl.DataFrame, streams: Mapping[str, Stream], caches: Mapping[str | os.PathLike, int] | None = None
+) -> StreamRows:
     """The rows (population rows = frame row positions) and weights of each named stream.
 
     `frame`: the active table as validated by update_metadata (or the physical table), in
@@ -72,8 +77,11 @@ def group_streams(frame: pl.DataFrame, streams: Mapping[str, Stream],
     EmptyStreamError or SamplingConfigError naming the stream; nothing is kept on error.
     """
     caches = {os.fspath(k): v for k, v in (caches or {}).items()}
-    present = set(frame.get_column(IDENTITY_COLUMNS[0]).unique().to_list()) if any(
-        s.caches for s in streams.values()) else set()
+    present = (
+        set(frame.get_column(IDENTITY_COLUMNS[0]).unique().to_list())
+        if any(s.caches for s in streams.values())
+        else set()
+    )
     exprs = []
     for i, (name, stream) in enumerate(streams.items()):
         if stream.column is not None:
@@ -88,7 +96,9 @@ def group_streams(frame: pl.DataFrame, streams: Mapping[str, Stream],
     if both.size:
         row = int(both[0])
         hit = [names[i] for i, v in enumerate(masks.row(row)) if v]
-        raise SamplingConfigError(f"table row {row} belongs to streams {hit[0]!r} and {hit[1]!r}; streams must not overlap")
+        raise SamplingConfigError(
+            f"table row {row} belongs to streams {hit[0]!r} and {hit[1]!r}; streams must not overlap"
+        )
     weights = frame.get_column(WEIGHT_COLUMN).to_numpy().astype(np.float64) if WEIGHT_COLUMN in frame.columns else None
     rows: dict[str, np.ndarray] = {}
     stream_weights: dict[str, np.ndarray] = {}

@@ -53,8 +53,8 @@ def step_sizes(dtype: str, shape: tuple, axis: int) -> tuple[int, int, int]:
     """(elements per step along ragged dim `axis`, outer blocks before it, bytes per step within
     a block) of spec (dtype, shape)."""
     itemsize = payload_dtype(dtype).itemsize
-    inner = int(np.prod([d for d in shape[axis + 1:]], dtype=np.int64))
-    outer = int(np.prod([d for d in shape[:axis]], dtype=np.int64))
+    inner = int(np.prod(list(shape[axis + 1 :]), dtype=np.int64))
+    outer = int(np.prod(list(shape[:axis]), dtype=np.int64))
     return outer * inner, outer, inner * itemsize
 
 
@@ -73,7 +73,9 @@ def ragged(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: tup
     return RaggedArrays(values, cu, shapes)
 
 
-def projected(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: tuple, length: Any, pad: Any) -> np.ndarray:
+def projected(
+    data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: tuple, length: Any, pad: Any
+) -> np.ndarray:
     """`[n, *shape]` with the ragged dim set to `length`: each record truncated to `length` steps
     along it, or padded with `pad` (o41's rule). A view when every record already has `length`
     steps and the ragged dim is the first; else a new array. O(n x outer + bytes out)."""
@@ -83,20 +85,30 @@ def projected(data: np.ndarray, offsets: np.ndarray, n: int, dtype: str, shape: 
     if length < 0:
         raise ConfigError(f"length must be >= 0, got {length}")
     if None not in shape:
-        raise ConfigError(f"length= projects the ragged dim of a payload spec; {describe(dtype, shape)} is dense "
-                          "(use to_numpy() without length)")
+        raise ConfigError(
+            f"length= projects the ragged dim of a payload spec; {describe(dtype, shape)} is dense "
+            "(use to_numpy() without length)"
+        )
     axis = shape.index(None)
     stored = payload_dtype(dtype)
     item = pad_item(pad, dtype)
     per_step, outer, inner_bytes = step_sizes(dtype, shape, axis)
-    out_shape = (n, *shape[:axis], length, *shape[axis + 1:])
+    out_shape = (n, *shape[:axis], length, *shape[axis + 1 :])
     step_bytes = per_step * stored.itemsize
     if axis == 0 and n and step_bytes and bool((np.diff(offsets) == length * step_bytes).all()):
         return data.view(stored).reshape(out_shape)
     out = np.empty(out_shape, dtype=stored)
     if out.size:
-        project_rows(data, offsets, n, outer, inner_bytes, length * inner_bytes,
-                     item.view(np.uint8), out.reshape(-1).view(np.uint8))
+        project_rows(
+            data,
+            offsets,
+            n,
+            outer,
+            inner_bytes,
+            length * inner_bytes,
+            item.view(np.uint8),
+            out.reshape(-1).view(np.uint8),
+        )
     return out
 
 

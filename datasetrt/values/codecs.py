@@ -111,5 +111,5 @@ DICT_MAX_BYTES = 1 << 20
 
 
 def names_listed() -> str:
-    """"`none`, `lz4`, `zstd`, `zstd_dict`": the names as serde lists a variant's alternatives in messages."""
+    """ "`none`, `lz4`, `zstd`, `zstd_dict`": the names as serde lists a variant's alternatives in messages."""
     return ", ".join(f"`{name}`" for name in CODEC_NAMES)

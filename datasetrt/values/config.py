@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.values.codecs import (
     CODEC_NAMES,
     CONFIG_LEVEL_DEFAULT,
@@ -23,7 +24,6 @@ from datasetrt.values.codecs import (
     DICT_MAX_BYTES,
     DICT_MIN_BYTES,
 )
-from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.values.payloads import PAYLOAD_DTYPES, describe, dims_product, dtypes_listed, shape_problem
 from datasetrt.values.payloads import manifest_form as _manifest_form
 
@@ -134,11 +134,13 @@ class PayloadSpec(BaseModel):
         with memoryview(buffer) as view:
             nbytes = view.nbytes
         if not self.fits(nbytes):
-            raise CacheFormatError(f"payload of {nbytes} bytes does not fit payload spec {self}: expected {self.expected_bytes()}")
+            raise CacheFormatError(
+                f"payload of {nbytes} bytes does not fit payload spec {self}: expected {self.expected_bytes()}"
+            )
         shape = self.shape
         if not self.dense:
             axis = self.ragged_axis
-            shape = (*shape[:axis], nbytes // self.unit_bytes, *shape[axis + 1:])
+            shape = (*shape[:axis], nbytes // self.unit_bytes, *shape[axis + 1 :])
         return np.frombuffer(buffer, dtype=np.dtype(self.dtype).newbyteorder("<")).reshape(shape)
 
     def manifest_form(self) -> dict[str, Any]:
@@ -274,12 +276,13 @@ class ReaderConfig(BaseModel):
     @model_validator(mode="after")
     def _permutation_shuffles(self) -> ReaderConfig:
         if self.sampling == "permutation" and not self.shuffle:
-            raise ValueError("sampling='permutation' is a shuffled order: it needs shuffle=True "
-                             "(shuffle=False reads the ordered window with sampling='draws')")
+            raise ValueError(
+                "sampling='permutation' is a shuffled order: it needs shuffle=True "
+                "(shuffle=False reads the ordered window with sampling='draws')"
+            )
         return self
 
 
 DEFAULT_SHARD_COMPRESSION = ShardCompression()
 DEFAULT_WRITER_PROFILER_CONFIG = WriterProfilerConfig()
 DEFAULT_WRITER_CONFIG = WriterConfig()
-

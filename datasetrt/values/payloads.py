@@ -17,10 +17,19 @@ from typing import Any
 # Canonical numpy name -> item size in bytes, in the order messages list them.
 PAYLOAD_DTYPES: dict[str, int] = {
     "bool": 1,
-    "int8": 1, "int16": 2, "int32": 4, "int64": 8,
-    "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
-    "float16": 2, "float32": 4, "float64": 8,
-    "complex64": 8, "complex128": 16,
+    "int8": 1,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "uint8": 1,
+    "uint16": 2,
+    "uint32": 4,
+    "uint64": 8,
+    "float16": 2,
+    "float32": 4,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
 }
 _U63_MAX = (1 << 63) - 1
 

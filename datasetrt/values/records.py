@@ -11,10 +11,10 @@ an operation live with the code that produces them: write and manifest-update re
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple, Protocol, Union, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-BytesLike = Union[bytes, bytearray, memoryview]
-MetadataValue = Union[bool, int, float, str]
+BytesLike = bytes | bytearray | memoryview
+MetadataValue = bool | int | float | str
 Metadata = Mapping[str, MetadataValue]
 
 
@@ -48,8 +48,6 @@ class SizedTorchIterableDataset(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
     def __len__(self) -> int: ...
-
-
 
 
 for _cls in (CacheInput, CachedSample, CacheSource, SizedTorchIterableDataset):

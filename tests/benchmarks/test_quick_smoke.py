@@ -20,9 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 RT = "dataset-rt 0.4.8"
 TOKENS512 = "int32[512] x 1024 none"
 # --smoke write workloads (each workload's codecs) -> contenders: dataset-rt has no zstd, loaderx no lz4
-WRITES = {"4 KiB x 1024 none": {"datasetrt", RT, "loaderx"}, "1-64 KiB x 512 none": {"datasetrt", RT, "loaderx"},
-          "tokens x 1024 lz4": {"datasetrt", RT}, "tokens x 1024 zstd": {"datasetrt", "loaderx"},
-          TOKENS512: {"datasetrt", RT, "loaderx"}, "50 x 20 x 64 B none": {"datasetrt", RT}}
+WRITES = {
+    "4 KiB x 1024 none": {"datasetrt", RT, "loaderx"},
+    "1-64 KiB x 512 none": {"datasetrt", RT, "loaderx"},
+    "tokens x 1024 lz4": {"datasetrt", RT},
+    "tokens x 1024 zstd": {"datasetrt", "loaderx"},
+    TOKENS512: {"datasetrt", RT, "loaderx"},
+    "50 x 20 x 64 B none": {"datasetrt", RT},
+}
 OPEN_COUNTS = ("1", "10")
 CONTENDER = r"(?P<c>datasetrt|dataset-rt 0\.4\.8|loaderx)"
 # datasetrt's paths, each with 2 reader workers and in-process, in every read row
@@ -33,14 +38,32 @@ OURS = ("datasetrt,", "datasetrt batches,", "datasetrt in-process,", "datasetrt 
 # loader, memmap copy, pread; int32[512]: the memmap gather, .to_numpy() and the torch section)
 # and every write contender, on 2 of the 4 workloads and one codec.
 SUBSET = ("4 KiB", TOKENS512.split(" x ")[0])
-SUBSET_WRITES = {"4 KiB x 1024 none": WRITES["4 KiB x 1024 none"], TOKENS512: WRITES[TOKENS512],
-                 "50 x 20 x 64 B none": WRITES["50 x 20 x 64 B none"]}
+SUBSET_WRITES = {
+    "4 KiB x 1024 none": WRITES["4 KiB x 1024 none"],
+    TOKENS512: WRITES[TOKENS512],
+    "50 x 20 x 64 B none": WRITES["50 x 20 x 64 B none"],
+}
 
 
 def run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", *args, "--out", str(tmp_path / "suite.json"),
-                          "--baseline", str(tmp_path / "no-baseline.json")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--smoke",
+            *args,
+            "--out",
+            str(tmp_path / "suite.json"),
+            "--baseline",
+            str(tmp_path / "no-baseline.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out
 
@@ -51,8 +74,10 @@ def test_smoke_subset_same_bytes(tmp_path: Path) -> None:
     check_suite(run_suite(tmp_path, "--workloads", ",".join(SUBSET)), tmp_path, caches=2, expected_writes=SUBSET_WRITES)
 
 
-@pytest.mark.slow(reason="every --smoke workload and codec (lz4/zstd reads, 1-64 KiB records): "
-                         "test_smoke_subset_same_bytes checks every section and contender in the default run")
+@pytest.mark.slow(
+    reason="every --smoke workload and codec (lz4/zstd reads, 1-64 KiB records): "
+    "test_smoke_subset_same_bytes checks every section and contender in the default run"
+)
 def test_smoke_suite_same_bytes(tmp_path: Path) -> None:
     # 4 KiB, 1-64 KiB, tokens in lz4 and zstd, int32[512]: 5 caches x (ordered, shuffled)
     check_suite(run_suite(tmp_path), tmp_path, caches=5, expected_writes=WRITES)
@@ -92,7 +117,9 @@ def check_suite(out: subprocess.CompletedProcess, tmp_path: Path, caches: int, e
 
     # torch end to end: today's per-sample loader delivered every int32[512] record as [n, 512] int32
     torch_lines = [line for line in lines if line.startswith("torch [0] K=2 fork")]
-    assert any("datasetrt to_torch_dataloader" in line and "same bytes" in line for line in torch_lines), out.stdout[-3000:]
+    assert any("datasetrt to_torch_dataloader" in line and "same bytes" in line for line in torch_lines), out.stdout[
+        -3000:
+    ]
     assert not any("FAILED" in line for line in torch_lines), torch_lines
 
     assert "| issue 11 target |" in out.stdout

@@ -32,7 +32,18 @@ from pathlib import Path
 RUNNABLE = {"python": "python", "py": "python", "bash": "bash", "sh": "bash"}
 FENCE = re.compile(r"^```\s*([\w+-]*)\s*$")
 SKIP = re.compile(r"^<!--\s*doc-test:\s*skip\b\s*(.*?)\s*-->$")
-LINKED = (".venv", "scripts", "benchmarks", "datasetrt", "_ext", "docs", "tests", "README.md", "pyproject.toml", "setup.py")
+LINKED = (
+    ".venv",
+    "scripts",
+    "benchmarks",
+    "datasetrt",
+    "_ext",
+    "docs",
+    "tests",
+    "README.md",
+    "pyproject.toml",
+    "setup.py",
+)
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ def parse(text: str) -> list[Block]:
         skip = SKIP.match(above)
         if skip and not skip.group(1):
             raise ValueError(f"line {start + 1}: `doc-test: skip` needs a reason")
-        blocks.append(Block(lang, start + 1, "\n".join(lines[start + 1:j]) + "\n", skip.group(1) if skip else None))
+        blocks.append(Block(lang, start + 1, "\n".join(lines[start + 1 : j]) + "\n", skip.group(1) if skip else None))
         i = j + 1
     return blocks
 
@@ -111,7 +122,7 @@ def main() -> int:
         if block.kind == "python":
             try:
                 _run_python(block, label, scratch)
-            except BaseException:  # noqa: BLE001 - report any failure of the block, SystemExit included
+            except BaseException:
                 traceback.print_exc(file=sys.stdout)
                 print(f"--- FAILED {label}", flush=True)
                 return 1

@@ -23,15 +23,26 @@ def run_file(text: str, label: str, cwd: Path) -> subprocess.CompletedProcess:
     blocks = [{"lang": b.lang, "line": b.line, "code": b.code} for b in parse(text) if b.kind and b.skip is None]
     job = json.dumps({"file": label, "checkout": str(ROOT), "blocks": blocks})
     prepare_cwd(cwd, ROOT)
-    return subprocess.run([sys.executable, "-m", "tests.docs.blocks"], input=job, capture_output=True, text=True,
-                          cwd=cwd, env=_env(), timeout=TIMEOUT_S, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tests.docs.blocks"],
+        input=job,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=_env(),
+        timeout=TIMEOUT_S,
+        check=False,
+    )
 
 
 def _env() -> dict:
     import os
 
     # the driver module is imported from the checkout; blocks see the temporary cwd
-    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    }
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(p.relative_to(ROOT)) for p in DOCS])
@@ -52,7 +63,7 @@ def test_skips_have_reasons_and_fences_close():
             assert block.skip is None or len(block.skip) >= 8, f"{doc}:{block.line}: say why it is skipped"
 
 
-SAMPLE = '''# t
+SAMPLE = """# t
 
 ```python
 x = 1
@@ -76,13 +87,18 @@ import pathlib
 assert pathlib.Path("out.txt").read_text() == "ok\\n"
 print(x)
 ```
-'''
+"""
 
 
 def test_the_runner_runs_in_order_skips_what_is_marked_and_reports_the_failing_block(tmp_path):
     blocks = parse(SAMPLE)
     assert [(b.kind, b.line, b.skip) for b in blocks] == [
-        ("python", 3, None), ("python", 8, "needs a GPU"), ("bash", 12, None), (None, 16, None), ("python", 20, None)]
+        ("python", 3, None),
+        ("python", 8, "needs a GPU"),
+        ("bash", 12, None),
+        (None, 16, None),
+        ("python", 20, None),
+    ]
     out = run_file(SAMPLE, "sample.md", tmp_path)
     # the last block sees the bash block's file (same cwd) but not the first block's `x` (own namespace)
     assert out.returncode == 1

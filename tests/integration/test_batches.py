@@ -29,8 +29,13 @@ def _flatten(batches):
 
 
 def _pairs(paths, runtime, shuffle, **cfg):
-    make = lambda: drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=5, shuffle=shuffle, **cfg),  # noqa: E731
-                                     runtime=runtime)
+    def make():
+        return drt.CachedDataset(
+            paths,
+            reader_config=drt.ReaderConfig(seed=5, shuffle=shuffle, **cfg),
+            runtime=runtime,
+        )
+
     return make(), make()
 
 
@@ -54,7 +59,9 @@ def test_windows_continue_like_iterators(write_caches, rt):
     per_sample, batched = _pairs(paths, rt, shuffle=True)
     for ds in (per_sample, batched):
         ds.set_epoch_len(12)
-    first = [(s.data, s.cache_id, s.sample_id) for s in per_sample] + [(s.data, s.cache_id, s.sample_id) for s in per_sample]
+    first = [(s.data, s.cache_id, s.sample_id) for s in per_sample] + [
+        (s.data, s.cache_id, s.sample_id) for s in per_sample
+    ]
     got = _flatten(batched.iter_batches(5)) + _flatten(batched.iter_batches(5))
     assert got == first
 
@@ -128,11 +135,11 @@ def test_recycled_batch_buffers_never_change_what_the_consumer_holds(write_cache
         position += len(batch)
     assert position == 3000
     for first, batch in kept:
-        assert [bytes(batch.payload(i)) for i in range(len(batch))] == [w[0] for w in want[first:first + len(batch)]]
+        assert [bytes(batch.payload(i)) for i in range(len(batch))] == [w[0] for w in want[first : first + len(batch)]]
     for first, offsets, data in views + mviews + tensors:
         raw = bytes(data.numpy()) if hasattr(data, "numpy") else bytes(data)
-        got = [raw[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
-        assert got == [w[0] for w in want[first:first + len(got)]]
+        got = [raw[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+        assert got == [w[0] for w in want[first : first + len(got)]]
     # every fifth batch was dropped at once, so some buffers (slots) came back and were written
     # again at the same address (and 4 of 5 stayed held)
     assert len(bases) < 3000 // 16
@@ -164,11 +171,14 @@ def test_uncompressed_runs_longer_than_one_in_place_read(rt, tmp_path, parallel)
     from tests.conftest import ListSource, writer_config
 
     rng = np.random.default_rng(3)
-    items = [(rng.integers(0, 256, int(rng.integers(10_000, 190_000)), dtype=np.uint8).tobytes(), {"i": i})
-             for i in range(40)]
+    items = [
+        (rng.integers(0, 256, int(rng.integers(10_000, 190_000)), dtype=np.uint8).tobytes(), {"i": i})
+        for i in range(40)
+    ]
     [res] = rt.write_cache([ListSource("mid", items)], tmp_path / "mid", writer_config=writer_config("none"))
-    ds = drt.CachedDataset([res.path], reader_config=drt.ReaderConfig(seed=1, shuffle=False),
-                           runtime=rt if parallel else None)
+    ds = drt.CachedDataset(
+        [res.path], reader_config=drt.ReaderConfig(seed=1, shuffle=False), runtime=rt if parallel else None
+    )
     for batch_size in (1, 3, 16, 40):
         got = _flatten(ds.iter_batches(batch_size))
         assert [d for d, _, _ in got] == [d for d, _ in items]

@@ -19,11 +19,19 @@ B = 4  # the curriculum's batch size
 
 
 def curriculum(paths) -> Curriculum:
-    streams = {"small": Stream.by_cache(paths[2]), "big": Stream.by_cache(paths[3]),
-               "rest": Stream.by_cache(paths[0], paths[1], paths[4])}
-    return Curriculum([Stage(Mixture({"small": 1}, streams), batches=3, name="warmup"),       # [0, 12)
-                       Stage(Mixture({"big": 0.5, "rest": 0.5}, streams), samples=40, name="main"),  # [12, 52)
-                       Stage(Mixture({"rest": 1}, streams), name="anneal")], batch_size=B)
+    streams = {
+        "small": Stream.by_cache(paths[2]),
+        "big": Stream.by_cache(paths[3]),
+        "rest": Stream.by_cache(paths[0], paths[1], paths[4]),
+    }
+    return Curriculum(
+        [
+            Stage(Mixture({"small": 1}, streams), batches=3, name="warmup"),  # [0, 12)
+            Stage(Mixture({"big": 0.5, "rest": 0.5}, streams), samples=40, name="main"),  # [12, 52)
+            Stage(Mixture({"rest": 1}, streams), name="anneal"),
+        ],
+        batch_size=B,
+    )
 
 
 @pytest.fixture(params=[0, 2], ids=["in-process", "2-reader-workers"])
@@ -50,8 +58,10 @@ def reference(ds, paths):
     every = list(zip(table["cache_id"].to_list(), table["sample_id"].to_list()))
     cache_ids = table["cache_id"].unique(maintain_order=True).to_list()
     column = np.array([c for c, _ in every], dtype=np.uint64)
-    rows = {name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
-            for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))}
+    rows = {
+        name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
+        for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))
+    }
     return CurriculumPlan(curriculum(paths), StreamRows(rows), seed=8), every
 
 

@@ -11,14 +11,30 @@ from datasetrt.errors import MetadataValidationError
 from tests.conftest import QUIET, ListSource
 
 DATASET_RT_ALL = [
-    "CacheInput", "CacheSource", "CacheSourcesDatasetError", "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess", "CacheWriteError", "CacheWriteResult", "CacheWriteSuccess", "CachedDataset",
-    "CachedSample", "DatasetRuntime", "ReaderConfig", "ShardCompression", "SizedTorchIterableDataset",
-    "WriterConfig", "WriterProfilerConfig", "AbsentManifestTarget", "Err", "ManifestUpdateEntry",
-    "ManifestUpdateError", "ManifestUpdateReport", "Ok", "Result",
+    "CacheInput",
+    "CacheSource",
+    "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
+    "CacheSourcesDatasetSuccess",
+    "CacheWriteError",
+    "CacheWriteResult",
+    "CacheWriteSuccess",
+    "CachedDataset",
+    "CachedSample",
+    "DatasetRuntime",
+    "ReaderConfig",
+    "ShardCompression",
+    "SizedTorchIterableDataset",
+    "WriterConfig",
+    "WriterProfilerConfig",
+    "AbsentManifestTarget",
+    "Err",
+    "ManifestUpdateEntry",
+    "ManifestUpdateError",
+    "ManifestUpdateReport",
+    "Ok",
+    "Result",
 ]
-
-
 
 
 @pytest.fixture
@@ -86,8 +102,10 @@ def test_a_single_path_is_a_type_error(two, runtime, as_):
     iterating its characters or failing to iterate would be the only other outcomes) is refused
     with TypeError before anything is opened."""
     single = as_(two[0]) if as_ is not bytes else bytes(two[0])
-    for make in (lambda: runtime.cached_dataset(single, reader_config=drt.ReaderConfig(seed=1)),
-                 lambda: drt.CachedDataset(single, reader_config=drt.ReaderConfig(seed=1))):
+    for make in (
+        lambda: runtime.cached_dataset(single, reader_config=drt.ReaderConfig(seed=1)),
+        lambda: drt.CachedDataset(single, reader_config=drt.ReaderConfig(seed=1)),
+    ):
         with pytest.raises(TypeError, match="^paths must be a sequence of cache directories, not a single path$"):
             make()
 
@@ -109,7 +127,9 @@ def test_seed_u64_bounds_accepted(two, runtime):
 
 
 def test_different_schemas(two, runtime, tmp_path):
-    other = runtime.write_cache(ListSource("other", [(b"x", {"index": 1})]), tmp_path / "o", writer_config=QUIET)[0].path
+    other = runtime.write_cache(ListSource("other", [(b"x", {"index": 1})]), tmp_path / "o", writer_config=QUIET)[
+        0
+    ].path
     with pytest.raises(ValueError, match="^all caches must share the same metadata schema"):
         runtime.cached_dataset([two[0], other], reader_config=drt.ReaderConfig(seed=1))
 
@@ -221,8 +241,11 @@ def test_get_metadata_returns_the_frame_as_supplied(ds):
     md = ds.get_metadata()
     chunked = pl.concat([md.head(4), md.tail(3)], rechunk=False)
     frame = chunked.select(
-        pl.col("weight").cast(pl.Float32), pl.col("cache_id").cast(pl.Int64), pl.col("sample_id").cast(pl.UInt32),
-        pl.exclude("weight", "cache_id", "sample_id"), pl.struct("index", "label").alias("nested"),
+        pl.col("weight").cast(pl.Float32),
+        pl.col("cache_id").cast(pl.Int64),
+        pl.col("sample_id").cast(pl.UInt32),
+        pl.exclude("weight", "cache_id", "sample_id"),
+        pl.struct("index", "label").alias("nested"),
     ).with_columns(pl.lit(None, dtype=pl.String).alias("label"))
     assert frame.n_chunks() == 2
     ds.update_metadata(frame)
@@ -233,32 +256,57 @@ def test_get_metadata_returns_the_frame_as_supplied(ds):
 
 def _bad_frames(md: pl.DataFrame, left: int):
     """One table per §2.4 rule, with its message."""
-    at = lambda col, row, value, dtype=None: (pl.when(pl.int_range(pl.len()) == row)  # noqa: E731
-                                              .then(pl.lit(value, dtype=dtype)).otherwise(pl.col(col)).alias(col))
+
+    def at(col, row, value, dtype=None):
+        return pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value, dtype=dtype)).otherwise(pl.col(col)).alias(col)
+
     return [
         (md.head(0), "metadata table must include at least one sample"),
         (md.drop("sample_id"), "samples metadata missing 'sample_id' column"),
         (md.drop("score"), "samples metadata missing 'score' column"),
         (md.with_columns(pl.col("cache_id").cast(pl.String)), "samples metadata column 'cache_id' must be an integer"),
-        (md.with_columns(pl.col("sample_id").cast(pl.UInt16)), "samples metadata column 'sample_id' must be an integer"),
+        (
+            md.with_columns(pl.col("sample_id").cast(pl.UInt16)),
+            "samples metadata column 'sample_id' must be an integer",
+        ),
         (md.with_columns(at("sample_id", 2, None, pl.UInt64)), "samples metadata column 'sample_id' contains null"),
-        (md.with_columns(pl.col("sample_id").cast(pl.Int64)).with_columns(at("sample_id", 1, -4, pl.Int64)),
-         "samples metadata column 'sample_id' must be non-negative"),
-        (md.with_columns(at("sample_id", 4, 5, pl.UInt64)), f"unknown samples metadata row identity cache_id={left} sample_id=5"),
-        (md.with_columns(at("cache_id", 0, 99, pl.UInt64)), "unknown samples metadata row identity cache_id=99 sample_id=0"),
+        (
+            md.with_columns(pl.col("sample_id").cast(pl.Int64)).with_columns(at("sample_id", 1, -4, pl.Int64)),
+            "samples metadata column 'sample_id' must be non-negative",
+        ),
+        (
+            md.with_columns(at("sample_id", 4, 5, pl.UInt64)),
+            f"unknown samples metadata row identity cache_id={left} sample_id=5",
+        ),
+        (
+            md.with_columns(at("cache_id", 0, 99, pl.UInt64)),
+            "unknown samples metadata row identity cache_id=99 sample_id=0",
+        ),
         (md.with_columns(pl.col("index").cast(pl.Int32)), "samples metadata column 'index' must have Arrow type Int64"),
-        (md.with_columns(pl.col("score").cast(pl.Float32)), "samples metadata column 'score' must have Arrow type Float64"),
-        (md.with_columns(pl.col("label").cast(pl.Categorical)), "samples metadata column 'label' must have Arrow type Utf8"),
+        (
+            md.with_columns(pl.col("score").cast(pl.Float32)),
+            "samples metadata column 'score' must have Arrow type Float64",
+        ),
+        (
+            md.with_columns(pl.col("label").cast(pl.Categorical)),
+            "samples metadata column 'label' must have Arrow type Utf8",
+        ),
         (md.with_columns(pl.col("kept").cast(pl.Int64)), "samples metadata column 'kept' must have Arrow type Boolean"),
         (md.with_columns(pl.col("weight").cast(pl.Boolean)), "samples metadata column 'weight' must be numeric"),
         (md.with_columns(pl.col("weight").cast(pl.Int8)), "samples metadata column 'weight' must be numeric"),
         (md.with_columns(at("weight", 3, None, pl.Float64)), "samples metadata column 'weight' contains null"),
-        (md.with_columns(at("weight", 6, 0.0)),
-         f"weight 6 must be positive and finite: row 6 (cache_id={md['cache_id'][6]}, sample_id=1) has weight 0.0"),
-        (md.with_columns(at("weight", 8, float("nan"))),
-         f"weight 8 must be positive and finite: row 8 (cache_id={md['cache_id'][8]}, sample_id=3) has weight nan"),
-        (md.with_columns(at("weight", 0, float("-inf"))),
-         f"weight 0 must be positive and finite: row 0 (cache_id={left}, sample_id=0) has weight -inf"),
+        (
+            md.with_columns(at("weight", 6, 0.0)),
+            f"weight 6 must be positive and finite: row 6 (cache_id={md['cache_id'][6]}, sample_id=1) has weight 0.0",
+        ),
+        (
+            md.with_columns(at("weight", 8, float("nan"))),
+            f"weight 8 must be positive and finite: row 8 (cache_id={md['cache_id'][8]}, sample_id=3) has weight nan",
+        ),
+        (
+            md.with_columns(at("weight", 0, float("-inf"))),
+            f"weight 0 must be positive and finite: row 0 (cache_id={left}, sample_id=0) has weight -inf",
+        ),
     ]
 
 
@@ -285,8 +333,15 @@ def test_previous_table_stays_active_on_every_error(two, shuffle, open_ds):
 @pytest.mark.parametrize("kind", ["int", "none", "str", "dict", "arrow", "lazy", "rows"])
 def test_non_dataframe_input(ds, kind):
     md = ds.get_metadata()
-    value = {"int": 5, "none": None, "str": "table", "dict": md.to_dict(as_series=False), "arrow": md.to_arrow(),
-             "lazy": md.lazy(), "rows": md.to_dicts()}[kind]
+    value = {
+        "int": 5,
+        "none": None,
+        "str": "table",
+        "dict": md.to_dict(as_series=False),
+        "arrow": md.to_arrow(),
+        "lazy": md.lazy(),
+        "rows": md.to_dicts(),
+    }[kind]
     with pytest.raises(TypeError) as info:  # dataset-rt raises AttributeError (it calls df.to_arrow())
         ds.update_metadata(value)
     assert isinstance(info.value, AttributeError)
@@ -300,8 +355,10 @@ def test_validation_messages_match_dataset_rt(two, open_ds):
     theirs = real.DatasetRuntime(num_workers=1).cached_dataset(two, reader_config=real.ReaderConfig(seed=7))
     md = theirs.get_metadata()
     left, _ = ids(ours)
-    at = lambda col, row, value, dtype=None: (pl.when(pl.int_range(pl.len()) == row)  # noqa: E731
-                                              .then(pl.lit(value, dtype=dtype)).otherwise(pl.col(col)).alias(col))
+
+    def at(col, row, value, dtype=None):
+        return pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value, dtype=dtype)).otherwise(pl.col(col)).alias(col)
+
     several = [  # several rules broken at once: the reported one must be the same
         md.drop("label", "cache_id"),
         md.drop("score").with_columns(pl.col("label").cast(pl.Binary)),

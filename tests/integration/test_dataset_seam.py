@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 import datasetrt as drt
-from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.dataset.seam import CursorState
+from datasetrt.errors import ConfigError, LoaderStateError
 
 
 def key(sample) -> tuple:
@@ -47,7 +47,7 @@ class Reversed:
         self.window, self.population, self.length = window, window.population, window.length
 
     def rows(self, first, count):
-        return self.window.rows(0, self.length)[::-1][first:first + count].copy()
+        return self.window.rows(0, self.length)[::-1][first : first + count].copy()
 
 
 # -- windows --------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def test_read_window_takes_any_window_in_process_or_through_the_runtime(paths):
         backward = Reversed(window)
         assert [key(s) for s in ds.read_window(backward)] == forward[::-1]  # one run through the workers
         assert [key(s) for s in ds.read_window(backward, in_process=True)] == forward[::-1]
-        assert [s for s in ds.read_window(window, lambda s: s.sample_id)] == [k[1] for k in forward]
+        assert list(ds.read_window(window, lambda s: s.sample_id)) == [k[1] for k in forward]
         assert list(ds.read_window(window.sub(3, 0))) == []
 
 
@@ -118,7 +118,9 @@ def test_read_window_batches_in_process_through_the_runtime_and_into_given_buffe
         rt.start_workers()
         through = list(ds.read_window_batches(backward, 7))  # leased ring slots of the workers
         for batches in (given, through):
-            got = [(int(b.cache_id[i]), int(b.sample_id[i]), bytes(b.payload(i))) for b in batches for i in range(len(b))]
+            got = [
+                (int(b.cache_id[i]), int(b.sample_id[i]), bytes(b.payload(i))) for b in batches for i in range(len(b))
+            ]
             assert got == [k[:3] for k in samples[::-1]]
         assert list(ds.read_window_batches(window.sub(3, 0), 4)) == []
         with pytest.raises(ConfigError, match="buffers= needs in_process=True"):
@@ -130,10 +132,13 @@ def test_sample_columns_come_from_the_caches_own_tables(paths):
     cache_id = np.array([s.cache_id for s in ds.read_window(ds.peek_window(), in_process=True)], dtype=np.uint64)
     sample_id = np.array([s.sample_id for s in ds.read_window(ds.peek_window(), in_process=True)], dtype=np.uint64)
     cols = ds.sample_columns(cache_id, sample_id, ["index", "label"])
-    physical = {(int(c), int(s)): (i, lbl) for c, s, i, lbl in open_ds(paths).get_metadata().select(
-        "cache_id", "sample_id", "index", "label").iter_rows()}
+    physical = {
+        (int(c), int(s)): (i, lbl)
+        for c, s, i, lbl in open_ds(paths).get_metadata().select("cache_id", "sample_id", "index", "label").iter_rows()
+    }
     assert [(int(i), lbl) for i, lbl in zip(cols["index"], cols["label"])] == [
-        physical[(int(c), int(s))] for c, s in zip(cache_id, sample_id)]
+        physical[(int(c), int(s))] for c, s in zip(cache_id, sample_id)
+    ]
     assert cols["index"].dtype.kind == "i" and cols["label"].dtype == object
     with pytest.raises(ConfigError, match="no metadata column 'nope'"):
         ds.sample_columns(cache_id, sample_id, ["nope"])
@@ -194,8 +199,15 @@ def test_cursor_state_round_trip(paths, shuffle):
 def test_cursor_state_refusals(paths):
     ds = open_ds(paths)
     good = ds.cursor_state().as_dict()
-    for bad in [{"cursor": 40}, {"cursor": -1}, {"cursor": True}, {"draw_offset": 1 << 64}, {"draw_offset": 1.0},
-                {"epoch_len": 0}, {"epoch_len": "9"}]:
+    for bad in [
+        {"cursor": 40},
+        {"cursor": -1},
+        {"cursor": True},
+        {"draw_offset": 1 << 64},
+        {"draw_offset": 1.0},
+        {"epoch_len": 0},
+        {"epoch_len": "9"},
+    ]:
         with pytest.raises(ConfigError, match="invalid cursor state"):
             ds.cursor_state_from({**good, **bad})
     checked = ds.cursor_state_from(good)

@@ -12,8 +12,6 @@ from tests.conftest import sample_items
 from tests.reference import rng048 as ref
 
 
-
-
 class Rows:
     """Maps samples to physical indexes for one dataset (taken before any update)."""
 
@@ -72,7 +70,9 @@ def test_ordered_duplicates_emitted_once_per_row(five, open_ds):
     ds = open_ds(five)
     rows = Rows(ds)
     md = ds.get_metadata()
-    ds.update_metadata(pl.concat([md[[3]], md[[1]], md[[3]], md[[3]]]).with_columns(pl.Series("weight", [1.0, 9.0, 0.1, 5.0])))
+    ds.update_metadata(
+        pl.concat([md[[3]], md[[1]], md[[3]], md[[3]]]).with_columns(pl.Series("weight", [1.0, 9.0, 0.1, 5.0]))
+    )
     assert len(ds) == 4 and rows(ds) == [3, 1, 3, 3]
 
 
@@ -261,12 +261,15 @@ def test_same_sample_order_as_dataset_rt(write_caches, shuffle, seed, open_ds):
     real = pytest.importorskip("dataset_rt")
     paths = write_caches({"alpha": 6, "beta": 5, "gamma": 1})
     ours = open_ds(paths, seed=seed, shuffle=shuffle)
-    theirs = real.DatasetRuntime(num_workers=1).cached_dataset(paths, reader_config=real.ReaderConfig(seed=seed, shuffle=shuffle))
+    theirs = real.DatasetRuntime(num_workers=1).cached_dataset(
+        paths, reader_config=real.ReaderConfig(seed=seed, shuffle=shuffle)
+    )
     assert ours.get_metadata().equals(theirs.get_metadata())
     assert _order(ours, [12, 5, 3]) == _order(theirs, [12, 5, 3])
     md = theirs.get_metadata()
     update = pl.concat([md.filter(pl.col("kept")), md[[0, 0, 11]]]).with_columns(
-        (pl.int_range(pl.len()) % 4 + 0.5).alias("weight"), pl.lit("x").alias("extra"))
+        (pl.int_range(pl.len()) % 4 + 0.5).alias("weight"), pl.lit("x").alias("extra")
+    )
     ours.update_metadata(update)
     theirs.update_metadata(update)
     assert len(ours) == len(theirs) == update.height
@@ -277,7 +280,10 @@ def test_same_sample_order_as_dataset_rt(write_caches, shuffle, seed, open_ds):
 def test_rejected_update_keeps_the_uniform_path(five, open_ds):
     ds = open_ds(five, seed=12, shuffle=True)
     rows = Rows(ds)
-    with pytest.raises(ValueError, match=r"^weight 0 must be positive and finite: row 0 \(cache_id=\d+, sample_id=0\) "
-                                          r"has weight 0\.0; 4 more rows too$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^weight 0 must be positive and finite: row 0 \(cache_id=\d+, sample_id=0\) "
+        r"has weight 0\.0; 4 more rows too$",
+    ):
         ds.update_metadata(ds.get_metadata().with_columns(pl.lit(0.0).alias("weight")))
     assert rows(ds) == ref.uniform_draws(12, 5, 0, 5)

@@ -29,8 +29,11 @@ def test_common_spec_is_the_datasets(reader_runtime, open_ds, tmp_path):
     assert open_ds([_write(reader_runtime, tmp_path, "plain", None)]).payload_spec is None
 
 
-@pytest.mark.parametrize("other", [None, drt.PayloadSpec("int32", (None,)), drt.PayloadSpec("float32", (4,))],
-                         ids=["untyped", "ragged", "dtype"])
+@pytest.mark.parametrize(
+    "other",
+    [None, drt.PayloadSpec("int32", (None,)), drt.PayloadSpec("float32", (4,))],
+    ids=["untyped", "ragged", "dtype"],
+)
 def test_disagreeing_caches_are_refused_naming_both_paths(reader_runtime, open_ds, tmp_path, other):
     typed = _write(reader_runtime, tmp_path, "typed", INT4)
     odd = _write(reader_runtime, tmp_path, "odd", other)
@@ -46,10 +49,12 @@ def test_reusing_a_cache_with_another_spec_is_a_source_error(reader_runtime, tmp
     items = [(np.zeros(2, dtype=np.int32), {"i": 0})]
     config = drt.ReaderConfig(seed=0)
     other = writer_config(payload_spec=drt.PayloadSpec("int32", (2,)))
-    result = reader_runtime.from_cache_sources([ListSource("tokens", items)], tmp_path, reader_config=config,
-                                               writer_config=other)
+    result = reader_runtime.from_cache_sources(
+        [ListSource("tokens", items)], tmp_path, reader_config=config, writer_config=other
+    )
     assert isinstance(result, drt.CacheSourcesDatasetError)
     assert "int32[4]" in result.results[0].message and "int32[2]" in result.results[0].message
-    same = reader_runtime.from_cache_sources([ListSource("tokens", items)], tmp_path, reader_config=config,
-                                             writer_config=writer_config(payload_spec=INT4))
+    same = reader_runtime.from_cache_sources(
+        [ListSource("tokens", items)], tmp_path, reader_config=config, writer_config=writer_config(payload_spec=INT4)
+    )
     assert same.dataset.payload_spec == INT4  # reused as it is: the source is not iterated

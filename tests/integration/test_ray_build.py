@@ -18,8 +18,7 @@ from datasetrt.sources import Columns, RecordBatchSource
 ray = pytest.importorskip("ray")
 from datasetrt.ray import write_caches  # noqa: E402 - after the skip
 
-QUIET = drt.WriterConfig(show_progress=False, max_shard_bytes=8192,
-                         shard_compression=drt.ShardCompression(algo="zstd"))
+QUIET = drt.WriterConfig(show_progress=False, max_shard_bytes=8192, shard_compression=drt.ShardCompression(algo="zstd"))
 ROWS = 1000
 
 
@@ -30,10 +29,10 @@ def cluster():
     back, so later tests in the same process (test_preemption's SIGTERM checks) see the
     runner's own, not Ray's."""
     root = str(Path(__file__).resolve().parents[2])
-    before = {sig: signal.getsignal(sig) for sig in signal.valid_signals()
-              if sig not in (signal.SIGKILL, signal.SIGSTOP)}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": root}})
+    before = {
+        sig: signal.getsignal(sig) for sig in signal.valid_signals() if sig not in (signal.SIGKILL, signal.SIGSTOP)
+    }
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": root}})
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         yield
@@ -48,8 +47,13 @@ def rows(n: int = ROWS, null_at: int | None = None) -> pa.Table:
     data = [bytes((i * 13 + j) % 251 for j in range(i % 90)) for i in range(n)]
     if null_at is not None:
         data[null_at] = None
-    return pa.table({"data": pa.array(data, pa.binary()), "label": [i % 5 for i in range(n)],
-                     "text": [f"t{i % 17}" for i in range(n)]})
+    return pa.table(
+        {
+            "data": pa.array(data, pa.binary()),
+            "label": [i % 5 for i in range(n)],
+            "text": [f"t{i % 17}" for i in range(n)],
+        }
+    )
 
 
 def dataset(table: pa.Table, chunk: int):
@@ -81,14 +85,16 @@ def no_leftovers(base: Path, names: list[str]) -> None:
 def test_build_equals_local_writes_whatever_the_block_layout(cluster, tmp_path):
     table = rows()
     columns = Columns("data", ["label", "text"], rename={"text": "tag"}, index_column="row")
-    build = write_caches(dataset(table, 130), tmp_path / "a", rows_per_cache=300, columns=columns,
-                         writer_config=QUIET, build_id="b1")
+    build = write_caches(
+        dataset(table, 130), tmp_path / "a", rows_per_cache=300, columns=columns, writer_config=QUIET, build_id="b1"
+    )
     assert [p.name for p in build.paths] == [f"part-b1-{k:05d}" for k in range(4)] and build.rows == ROWS
     assert_same_as_local(build, table, 300, columns, tmp_path)
     ds = drt.CachedDataset(build.paths, reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert [s.metadata["row"] for s in ds] == list(range(ROWS))
-    other = write_caches(dataset(table, 77), tmp_path / "b", rows_per_cache=300, columns=columns,
-                         writer_config=QUIET, build_id="b1")
+    other = write_caches(
+        dataset(table, 77), tmp_path / "b", rows_per_cache=300, columns=columns, writer_config=QUIET, build_id="b1"
+    )
     for mine, theirs in zip(build.paths, other.paths):
         assert files(mine) == files(theirs)
 
@@ -125,8 +131,15 @@ def test_a_killed_writer_task_is_retried_without_partial_or_duplicate_caches(clu
     marker = tmp_path / "killed"
     base = tmp_path / "caches"
     columns = ExitOnceColumns(str(marker), str(base), "data", ["label"])
-    build = write_caches(dataset(table, 100), base, rows_per_cache=400, columns=columns, writer_config=QUIET,
-                         build_id="kill", max_retries=2)
+    build = write_caches(
+        dataset(table, 100),
+        base,
+        rows_per_cache=400,
+        columns=columns,
+        writer_config=QUIET,
+        build_id="kill",
+        max_retries=2,
+    )
     assert marker.exists(), "the writer task was never killed"
     assert int(marker.read_text()) > 0, "the task died before writing any record"
     assert_same_as_local(build, table, 400, Columns("data", ["label"]), tmp_path)
@@ -141,8 +154,15 @@ def test_a_task_killed_every_time_is_an_error_value(cluster, tmp_path):
         def bind(self, schema, source):
             os._exit(3)
 
-    build = write_caches(dataset(table, 100), base, rows_per_cache=300, columns=AlwaysExit("data", ["label"]),
-                         writer_config=QUIET, build_id="dead", max_retries=0)
+    build = write_caches(
+        dataset(table, 100),
+        base,
+        rows_per_cache=300,
+        columns=AlwaysExit("data", ["label"]),
+        writer_config=QUIET,
+        build_id="dead",
+        max_retries=0,
+    )
     (result,) = build.results
     assert isinstance(result, drt.CacheWriteError) and result.source_name == "part-dead-00000"
     assert "died 1 times (max_retries=0); nothing was published" in result.message
@@ -154,6 +174,7 @@ def test_rerun_keeps_checks_and_completes(cluster, tmp_path):
     base = tmp_path / "caches"
     columns = Columns("data", ["label"])
     first = write_caches(dataset(table, 250), base, rows_per_cache=250, columns=columns, writer_config=QUIET)
+
     def identity(p):  # inode numbers alone are reused by the filesystem for a rewritten file
         st = (p / "manifest.json").stat()
         return st.st_ino, st.st_mtime_ns
@@ -183,8 +204,15 @@ def test_rerun_keeps_checks_and_completes(cluster, tmp_path):
 def test_a_failing_group_is_an_error_value_and_the_others_are_written(cluster, tmp_path):
     table = rows(600, null_at=450)
     base = tmp_path / "caches"
-    build = write_caches(dataset(table, 100), base, rows_per_cache=200, payload="data", metadata=["label"],
-                         writer_config=QUIET, build_id="bad")
+    build = write_caches(
+        dataset(table, 100),
+        base,
+        rows_per_cache=200,
+        payload="data",
+        metadata=["label"],
+        writer_config=QUIET,
+        build_id="bad",
+    )
     ok, ok2, bad = build.results
     assert isinstance(ok, drt.CacheWriteSuccess) and isinstance(ok2, drt.CacheWriteSuccess)
     assert isinstance(bad, drt.CacheWriteError) and bad.source_name == "part-bad-00002"
@@ -197,8 +225,9 @@ def test_a_typed_column_builds_caches_that_record_its_spec(cluster, tmp_path):
     tokens = [list(range(i, i + i % 11)) for i in range(500)]
     table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32())), "label": [i % 5 for i in range(500)]})
     spec = drt.PayloadSpec("int32", (None,))
-    build = write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=200, payload="tokens",
-                         writer_config=QUIET, build_id="typed")
+    build = write_caches(
+        dataset(table, 90), tmp_path / "c", rows_per_cache=200, payload="tokens", writer_config=QUIET, build_id="typed"
+    )
     ds = drt.CachedDataset(build.paths, reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert ds.payload_spec == spec  # inferred from the dataset's schema, recorded by every cache
     assert [ds.payload_spec.decode(s.data).tolist() for s in ds] == tokens
@@ -209,14 +238,27 @@ def test_a_typed_column_builds_caches_that_record_its_spec(cluster, tmp_path):
             (local,) = rt.write_cache([source], tmp_path / "local", writer_config=typed)
             assert files(path) == files(local.path), path
     # a given spec casts every group and is checked against the writer's
-    small = write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=500, payload="tokens",
-                         payload_spec=drt.PayloadSpec("int16", (None,)), writer_config=QUIET, build_id="int16")
+    small = write_caches(
+        dataset(table, 90),
+        tmp_path / "c",
+        rows_per_cache=500,
+        payload="tokens",
+        payload_spec=drt.PayloadSpec("int16", (None,)),
+        writer_config=QUIET,
+        build_id="int16",
+    )
     ds16 = drt.CachedDataset(small.paths, reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert ds16.payload_spec == drt.PayloadSpec("int16", (None,))
     assert [ds16.payload_spec.decode(s.data).tolist() for s in ds16] == tokens
     with pytest.raises(drt.errors.ConfigError, match=r"payload_spec int16\[None\] differs from writer_config"):
-        write_caches(dataset(table, 90), tmp_path / "c", rows_per_cache=200, payload="tokens",
-                     payload_spec=("int16", (None,)), writer_config=typed)
+        write_caches(
+            dataset(table, 90),
+            tmp_path / "c",
+            rows_per_cache=200,
+            payload="tokens",
+            payload_spec=("int16", (None,)),
+            writer_config=typed,
+        )
 
 
 def test_arguments_are_checked_before_anything_runs(cluster, tmp_path):

@@ -42,8 +42,9 @@ def table_ids(ds) -> list[tuple[int, int]]:
 
 
 def permutation_ds(paths, seed=11, runtime=None, **kw):
-    return drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=seed, sampling="permutation", **kw),
-                             runtime=runtime)
+    return drt.CachedDataset(
+        paths, reader_config=drt.ReaderConfig(seed=seed, sampling="permutation", **kw), runtime=runtime
+    )
 
 
 def test_each_row_once_per_epoch_in_the_plan_s_order(write_caches):
@@ -92,9 +93,14 @@ def test_draws_mode_is_unchanged_by_the_order_machinery(write_caches):
 
 def three_streams(paths):
     """Streams of 1, 30 and 7+13+9 rows: very different sizes."""
-    return Mixture({"small": 0.2, "big": 0.5, "rest": 0.3},
-                   {"small": Stream.by_cache(paths[2]), "big": Stream.by_cache(paths[3]),
-                    "rest": Stream.by_cache(paths[0], paths[1], paths[4])})
+    return Mixture(
+        {"small": 0.2, "big": 0.5, "rest": 0.3},
+        {
+            "small": Stream.by_cache(paths[2]),
+            "big": Stream.by_cache(paths[3]),
+            "rest": Stream.by_cache(paths[0], paths[1], paths[4]),
+        },
+    )
 
 
 def test_mixture_reads_the_plan_with_exact_proportions(write_caches):
@@ -109,8 +115,10 @@ def test_mixture_reads_the_plan_with_exact_proportions(write_caches):
     n = len(got)
     cache_ids = ds.get_metadata()["cache_id"].unique(maintain_order=True).to_list()  # path order
     column = np.array([c for c, _ in every], dtype=np.uint64)
-    rows = {name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
-            for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))}
+    rows = {
+        name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
+        for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))
+    }
     plan = MixturePlan(mix, StreamRows(rows), seed=5)
     assert got == [every[r] for r in plan.rows(0, n).tolist()]
     stream_of = {key: name for name, r in rows.items() for key in (every[i] for i in r)}
@@ -121,7 +129,7 @@ def test_mixture_reads_the_plan_with_exact_proportions(write_caches):
         assert delivered[-1] == plan.progress(n)[mix.names.index(name)].samples
     big = [key for key, p in zip(got, picks) if p == "big"]
     for e in range(len(big) // 30):  # each row of a stream once per stream epoch
-        assert sorted(big[30 * e: 30 * (e + 1)]) == sorted(every[i] for i in rows["big"])
+        assert sorted(big[30 * e : 30 * (e + 1)]) == sorted(every[i] for i in rows["big"])
     assert batch_ids(ds.iter_batches(16)) == [every[r] for r in plan.rows(n, len(ds)).tolist()]
 
 
@@ -130,13 +138,15 @@ def test_mixture_by_column_survives_update_metadata_and_can_be_removed(write_cac
     ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=9, sampling="permutation"))
     mix = Mixture.by_column("label", {"a-0": "1/2", "b-1": "1/2"})
     ds.set_mixture(mix)
-    assert set(s.metadata["label"] for s in ds) == {"a-0", "b-1"}
+    assert {s.metadata["label"] for s in ds} == {"a-0", "b-1"}
     table = ds.get_metadata()
     ds.update_metadata(table.filter(pl.col("index") < 30))  # regrouped from the new table
     assert ds.mixture == mix
     got = list(ds)
-    assert all(s.metadata["index"] < 30 for s in got) and len(got) == table.filter(
-        (pl.col("index") < 30) & pl.col("label").is_in(["a-0", "b-1"])).height
+    assert (
+        all(s.metadata["index"] < 30 for s in got)
+        and len(got) == table.filter((pl.col("index") < 30) & pl.col("label").is_in(["a-0", "b-1"])).height
+    )
     current = ds.get_metadata()
     with pytest.raises(EmptyStreamError, match="'a-0'"):
         ds.update_metadata(current.filter(pl.col("label") != "a-0"))
@@ -197,11 +207,19 @@ def test_reader_workers_read_the_same_order(write_caches, start_method):
 
 
 def curriculum(paths) -> Curriculum:
-    streams = {"small": Stream.by_cache(paths[2]), "big": Stream.by_cache(paths[3]),
-               "rest": Stream.by_cache(paths[0], paths[1], paths[4])}
-    return Curriculum([Stage(Mixture({"small": 1}, streams), batches=3, name="warmup"),
-                       Stage(Mixture({"big": 0.5, "rest": 0.5}, streams), samples=40, name="main"),
-                       Stage(Mixture({"rest": 1}, streams), name="anneal")], batch_size=4)
+    streams = {
+        "small": Stream.by_cache(paths[2]),
+        "big": Stream.by_cache(paths[3]),
+        "rest": Stream.by_cache(paths[0], paths[1], paths[4]),
+    }
+    return Curriculum(
+        [
+            Stage(Mixture({"small": 1}, streams), batches=3, name="warmup"),
+            Stage(Mixture({"big": 0.5, "rest": 0.5}, streams), samples=40, name="main"),
+            Stage(Mixture({"rest": 1}, streams), name="anneal"),
+        ],
+        batch_size=4,
+    )
 
 
 def test_curriculum_stages_change_at_their_sample_counts(write_caches):
@@ -214,8 +232,10 @@ def test_curriculum_stages_change_at_their_sample_counts(write_caches):
     got = ids(ds) + batch_ids(ds.iter_batches(4))  # two windows of len(ds) = 60: all three stages
     cache_ids = ds.get_metadata()["cache_id"].unique(maintain_order=True).to_list()
     column = np.array([c for c, _ in every], dtype=np.uint64)
-    rows = {name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
-            for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))}
+    rows = {
+        name: np.flatnonzero(np.isin(column, [cache_ids[k] for k in ks]))
+        for name, ks in (("small", [2]), ("big", [3]), ("rest", [0, 1, 4]))
+    }
     plan = CurriculumPlan(cur, StreamRows(rows), seed=8)
     assert len(got) == 2 * len(ds) == 120
     assert got == [every[r] for r in plan.rows(0, len(got)).tolist()]

@@ -19,8 +19,9 @@ import datasetrt as drt  # noqa: E402
 from datasetrt.errors import ArgumentTypeError, ConfigError  # noqa: E402
 from tests.conftest import ListSource, json_like_items, writer_config  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning",
-                                        "ignore:.*pin_memory.*:UserWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:This DataLoader will create:UserWarning", "ignore:.*pin_memory.*:UserWarning"
+)
 SPEC = drt.PayloadSpec("int32", (8,))
 
 
@@ -40,8 +41,14 @@ def reshape_views(item):
     """A batch_transform returning strided and reinterpreted views of the batch, a new tensor and
     an opaque object holding a view."""
     payload = item["payload"]
-    return {"shifted": payload[:, 1:], "column": payload[:, 0], "raw": payload.view(torch.uint8),
-            "total": payload.sum(dim=1), "ids": (item["cache_id"], [item["sample_id"]]), "box": Boxed(payload[1:])}
+    return {
+        "shifted": payload[:, 1:],
+        "column": payload[:, 0],
+        "raw": payload.view(torch.uint8),
+        "total": payload.sum(dim=1),
+        "ids": (item["cache_id"], [item["sample_id"]]),
+        "box": Boxed(payload[1:]),
+    }
 
 
 def box_only(item):
@@ -61,9 +68,13 @@ def caches(tmp_path_factory):
     out = []
     with drt.DatasetRuntime(num_workers=1) as rt:
         for k, n in enumerate((37, 26)):
-            items = [(np.arange(8, dtype=np.int32) + 1000 * k + i, {"i": i, "score": i / 4, "label": f"l{i % 3}"})
-                     for i in range(n)]
-            [res] = rt.write_cache([ListSource(f"t{k}", items)], base, writer_config=writer_config("lz4", payload_spec=SPEC))
+            items = [
+                (np.arange(8, dtype=np.int32) + 1000 * k + i, {"i": i, "score": i / 4, "label": f"l{i % 3}"})
+                for i in range(n)
+            ]
+            [res] = rt.write_cache(
+                [ListSource(f"t{k}", items)], base, writer_config=writer_config("lz4", payload_spec=SPEC)
+            )
             out.append(str(res.path))
     return out
 
@@ -95,12 +106,13 @@ def test_same_batches_as_to_torch_dataloader(caches, method, shuffle):
     kw = {"shuffle": shuffle, **({"seed": 9} if shuffle else {})}
     reference = _ds(caches).to_torch_dataloader(**kw, batch_size=5, collate_fn=ids, num_workers=0, verbose=False)
     want = [list(reference) for _ in range(2)]
-    dl = _ds(caches).to_torch_batches(5, **kw, num_workers=2, multiprocessing_context=method,
-                                      batch_transform=tag_worker, columns=["i", "label"])
+    dl = _ds(caches).to_torch_batches(
+        5, **kw, num_workers=2, multiprocessing_context=method, batch_transform=tag_worker, columns=["i", "label"]
+    )
     assert len(dl) == len(want[0]) == 13
     payloads = _payloads(caches)
     held = []
-    for epoch in range(2):
+    for _epoch in range(2):
         got = list(dl)
         held.append(got)
         assert len({b["pid"] for b in got}) == 2 and os.getpid() not in {b["pid"] for b in got}  # in the workers
@@ -181,8 +193,9 @@ def test_auto_workers_are_the_runtime_readers_unless_a_transform_needs_torch_wor
         ds = _ds(caches, runtime=rt)
         dl = ds.to_torch_batches(8)
         assert dl.num_workers == 0
-        reference = _ds(caches).to_torch_dataloader(shuffle=False, batch_size=8, collate_fn=ids, num_workers=0,
-                                                    verbose=False)
+        reference = _ds(caches).to_torch_dataloader(
+            shuffle=False, batch_size=8, collate_fn=ids, num_workers=0, verbose=False
+        )
         _check(list(dl), list(reference), _payloads(caches))
         assert ds.to_torch_batches(8, batch_transform=tag_worker).num_workers == torch_auto
         assert ds.to_torch_batches(8, prefetch_factor=3).num_workers == torch_auto
@@ -197,8 +210,11 @@ def test_every_codec_untyped_held_byte_for_byte(tmp_path, algo):
     with drt.DatasetRuntime(num_workers=1) as rt:
         [res] = rt.write_cache([ListSource("c", items)], tmp_path, writer_config=config)
     paths = [str(res.path)]
-    reference = list(_ds(paths).to_torch_dataloader(shuffle=True, seed=5, batch_size=32, collate_fn=ids,
-                                                    num_workers=0, verbose=False))
+    reference = list(
+        _ds(paths).to_torch_dataloader(
+            shuffle=True, seed=5, batch_size=32, collate_fn=ids, num_workers=0, verbose=False
+        )
+    )
     held = list(_ds(paths).to_torch_batches(32, shuffle=True, seed=5, num_workers=2, multiprocessing_context="fork"))
     payloads = _payloads(paths)
     _check(held, reference, payloads, key="values")
@@ -213,10 +229,12 @@ def test_every_codec_untyped_held_byte_for_byte(tmp_path, algo):
 def test_main_process_reads_through_the_runtime_zero_copy(caches, pin_memory):
     with drt.DatasetRuntime(num_workers=2) as rt:
         rt.start_workers()
-        reference = _ds(caches).to_torch_dataloader(shuffle=False, batch_size=8, collate_fn=ids, num_workers=0,
-                                                    verbose=False)
-        dl = _ds(caches, runtime=rt).to_torch_batches(8, num_workers=0, pin_memory=pin_memory,
-                                                      batch_transform=tag_worker)
+        reference = _ds(caches).to_torch_dataloader(
+            shuffle=False, batch_size=8, collate_fn=ids, num_workers=0, verbose=False
+        )
+        dl = _ds(caches, runtime=rt).to_torch_batches(
+            8, num_workers=0, pin_memory=pin_memory, batch_transform=tag_worker
+        )
         held = list(dl)  # every batch held while the ring keeps serving (leased slots, copies when exhausted)
         assert {b["pid"] for b in held} == {os.getpid()}
         _check(held, list(reference), _payloads(caches))
@@ -258,8 +276,9 @@ def test_two_ranks_share_the_plan(monkeypatch, caches):
         monkeypatch.setenv("WORLD_SIZE", "2")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            reference = _ds(caches).to_torch_dataloader(batch_size=4, seed=3, collate_fn=ids, num_workers=0,
-                                                        verbose=False)
+            reference = _ds(caches).to_torch_dataloader(
+                batch_size=4, seed=3, collate_fn=ids, num_workers=0, verbose=False
+            )
             dl = _ds(caches).to_torch_batches(4, shuffle=True, seed=3, num_workers=2, multiprocessing_context="fork")
             main = _ds(caches).to_torch_batches(4, shuffle=True, seed=3, num_workers=0)
         want = list(reference)
@@ -275,7 +294,9 @@ def test_ragged_values_projection_and_argument_errors(tmp_path):
     spec = drt.PayloadSpec("int16", (None,))
     items = [(np.arange(i % 7, dtype=np.int16) + i, {"i": i}) for i in range(30)]
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [res] = rt.write_cache([ListSource("r", items)], tmp_path, writer_config=writer_config("zstd", payload_spec=spec))
+        [res] = rt.write_cache(
+            [ListSource("r", items)], tmp_path, writer_config=writer_config("zstd", payload_spec=spec)
+        )
     ds = _ds([res.path])
     [ragged] = list(ds.to_torch_batches(30, num_workers=1, multiprocessing_context="fork"))
     assert ragged["offsets"].tolist() == np.cumsum([0] + [i % 7 for i in range(30)]).tolist()

@@ -60,9 +60,9 @@ def open_ds(paths, *, shuffle=True, seed=7, update=False, epoch_len=None):
 
 def interleave(plan: list, workers: int, block: int, batch: int) -> list:
     """The batches torch yields when worker w reads plan blocks w, w+K, ... and batches them."""
-    blocks = [plan[i:i + block] for i in range(0, len(plan), block)]
+    blocks = [plan[i : i + block] for i in range(0, len(plan), block)]
     per_worker = [[s for b in blocks[w::workers] for s in b] for w in range(workers)]
-    batches = [[ws[i:i + batch] for i in range(0, len(ws), batch)] for ws in per_worker]
+    batches = [[ws[i : i + batch] for i in range(0, len(ws), batch)] for ws in per_worker]
     out = []
     for r in range(max(len(b) for b in batches)):
         out += [b[r] for b in batches if r < len(b)]
@@ -114,8 +114,13 @@ def test_fork_workers_read_the_plan_in_order(paths, shuffle, update):
 
 def test_fork_workers_batches_are_deterministic_and_cover_the_plan(paths):
     ds = open_ds(paths, update=True, epoch_len=45)
-    loader = DataLoader(ds.to_torch_iterable_dataset(), batch_size=4, num_workers=2, collate_fn=keep_list,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        ds.to_torch_iterable_dataset(),
+        batch_size=4,
+        num_workers=2,
+        collate_fn=keep_list,
+        multiprocessing_context="fork",
+    )
     got = [[key(s) for s in b] for b in loader]
     plan = [key(s) for s in ds]
     assert got == interleave(plan, workers=2, block=1, batch=4)
@@ -138,16 +143,23 @@ def test_block_rows_equal_to_batch_size_gives_plan_order(paths):
 
 def test_persistent_workers_continue_the_stream(paths):
     ds = open_ds(paths, update=True, epoch_len=21)
-    loader = DataLoader(ds.to_torch_iterable_dataset(), batch_size=1, num_workers=2, collate_fn=first,
-                        multiprocessing_context="fork", persistent_workers=True)
+    loader = DataLoader(
+        ds.to_torch_iterable_dataset(),
+        batch_size=1,
+        num_workers=2,
+        collate_fn=first,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+    )
     epochs = [[key(s) for s in loader] for _ in range(3)]
     assert epochs == [[key(s) for s in ds] for _ in range(3)]  # windows 1, 2, 3 from the state at start
 
 
 def test_more_workers_than_samples(paths):
     ds = open_ds(paths, shuffle=False, epoch_len=2)
-    loader = DataLoader(ds.to_torch_iterable_dataset(), batch_size=1, num_workers=3, collate_fn=first,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        ds.to_torch_iterable_dataset(), batch_size=1, num_workers=3, collate_fn=first, multiprocessing_context="fork"
+    )
     assert [key(s) for s in loader] == [key(s) for s in ds]
 
 
@@ -159,8 +171,13 @@ def test_torch_workers_do_not_use_the_multiprocess_runtime(paths):
         warm = [key(s) for s in ds]  # the runtime's reader processes read this window
         pids = rt.worker_pids
         assert len(pids) == 2
-        loader = DataLoader(ds.to_torch_iterable_dataset(), batch_size=1, num_workers=2, collate_fn=first,
-                            multiprocessing_context="fork")
+        loader = DataLoader(
+            ds.to_torch_iterable_dataset(),
+            batch_size=1,
+            num_workers=2,
+            collate_fn=first,
+            multiprocessing_context="fork",
+        )
         got = [key(s) for s in loader]
         assert rt.worker_pids == pids
         assert got == [key(s) for s in ds] and got != warm
@@ -220,8 +237,9 @@ def test_spawn_workers_read_the_updated_population(paths):
     ds = open_ds(paths, update=True, epoch_len=47)
     next(iter(ds))
     tds = ds.to_torch_iterable_dataset()
-    loader = DataLoader(tds, batch_size=1, num_workers=2, collate_fn=first, multiprocessing_context="spawn",
-                        persistent_workers=True)
+    loader = DataLoader(
+        tds, batch_size=1, num_workers=2, collate_fn=first, multiprocessing_context="spawn", persistent_workers=True
+    )
     epochs = [[key(s) for s in loader] for _ in range(2)]
     assert epochs == [[key(s) for s in ds] for _ in range(2)]
     where = tds.snapshot_dir
@@ -244,8 +262,9 @@ def test_missing_torch_raises_import_error(paths, monkeypatch):
 
 def test_parent_cursor_is_untouched_by_worker_passes(paths):
     ds = open_ds(paths, shuffle=False, epoch_len=10)
-    loader = DataLoader(ds.to_torch_iterable_dataset(), batch_size=1, num_workers=2, collate_fn=first,
-                        multiprocessing_context="fork")
+    loader = DataLoader(
+        ds.to_torch_iterable_dataset(), batch_size=1, num_workers=2, collate_fn=first, multiprocessing_context="fork"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no torch length warning: exactly len(ds) samples
         list(loader)
@@ -288,8 +307,11 @@ def test_resume_refusals_for_the_torch_dataset(paths):
     assert state["pass"]["consumed"] == 4
     with pytest.raises(drt.errors.DatasetRTError, match="before the torch dataset is iterated"):
         tds.load_state_dict(state)
-    others = [(open_ds(paths, epoch_len=9), "active table"), (open_ds(paths, update=True, seed=8), "seed differs"),
-              (open_ds(paths, shuffle=False, update=True), "shuffle differs")]
+    others = [
+        (open_ds(paths, epoch_len=9), "active table"),
+        (open_ds(paths, update=True, seed=8), "seed differs"),
+        (open_ds(paths, shuffle=False, update=True), "shuffle differs"),
+    ]
     for other, what in others:
         with pytest.raises(ConfigError, match=what):
             other.to_torch_iterable_dataset().load_state_dict(state)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import warnings
 from collections import Counter
+from itertools import chain
 
 import polars as pl
 import pytest
@@ -32,8 +33,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:User
 CONFIGS = {  # 43 rows (caches of 29 + 14)
     "shuffled_pad": {"seed": 7, "batch_size": 4},
     "sequential_drop": {"shuffle": False, "batch_size": 6, "drop_last": True},
-    "weighted_split": {"seed": 11, "worker_partition": "split", "batch_size": 3, "samples_per_epoch": 25,
-                       "update": True},
+    "weighted_split": {
+        "seed": 11,
+        "worker_partition": "split",
+        "batch_size": 3,
+        "samples_per_epoch": 25,
+        "update": True,
+    },
     "random_seed": {"seed": "random", "batch_size": 8, "samples_per_epoch": 20},
 }
 
@@ -106,7 +112,7 @@ def check_shares(plan_epochs, rank_epochs, world, batch_size, drop_last):
         mine = [[s for b in rank_epochs[r][e] for s in b] for r in range(world)]
         assert {len(rank_epochs[r][e]) for r in range(world)} == {math.ceil(per / batch_size)}
         assert all(len(m) == per and is_subsequence(m, extended) for m in mine)
-        assert Counter(map(tuple, sum(mine, []))) == Counter(map(tuple, extended))
+        assert Counter(map(tuple, list(chain.from_iterable(mine)))) == Counter(map(tuple, extended))
 
 
 # -- in-process ranks (RANK / WORLD_SIZE) -------------------------------------------------------------------
@@ -117,22 +123,39 @@ def check_shares(plan_epochs, rank_epochs, world, batch_size, drop_last):
 def test_env_ranks_share_the_single_process_plan(monkeypatch, paths, name, world):
     kw = CONFIGS[name]
     runs = rank_runs(monkeypatch, paths, kw, world)
-    check_shares(single_plan(monkeypatch, paths, kw), [runs[r][1] for r in range(world)], world, kw["batch_size"],
-                 kw.get("drop_last", False))
+    check_shares(
+        single_plan(monkeypatch, paths, kw),
+        [runs[r][1] for r in range(world)],
+        world,
+        kw["batch_size"],
+        kw.get("drop_last", False),
+    )
     n = kw.get("samples_per_epoch", 43)
     share = rank_share(n, world, kw["batch_size"], kw.get("drop_last", False))
     for r, (dl, _) in runs.items():
         assert (dl.rank, dl.world_size, len(dl.dataset)) == (r, world, share.per_rank)
-        assert (dl.padded_rows, dl.dropped_rows, dl.global_samples_per_pass) == \
-               (share.padded, share.discarded, share.effective)
+        assert (dl.padded_rows, dl.dropped_rows, dl.global_samples_per_pass) == (
+            share.padded,
+            share.discarded,
+            share.effective,
+        )
         if kw.get("shuffle", True):
             assert dl.dataset.worker_seeds == (derive_seed(kw["seed"], r, 0),)
 
 
 def test_warning_on_rank_zero_only(monkeypatch, paths):
     kw = {"seed": 1, "batch_size": 4}
-    for rank, expected in [(0, ["samples_per_epoch adjusted: requested 43 global samples, effective 45; "
-                                "padded 2 for equal rank batch counts"]), (1, []), (2, [])]:
+    for rank, expected in [
+        (
+            0,
+            [
+                "samples_per_epoch adjusted: requested 43 global samples, effective 45; "
+                "padded 2 for equal rank batch counts"
+            ],
+        ),
+        (1, []),
+        (2, []),
+    ]:
         at_rank(monkeypatch, rank, 3)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -304,8 +327,12 @@ def torchrun(tmp_path, paths, workers, tag):
     out = tmp_path / tag
     out.mkdir()
     args = json.dumps({"paths": paths, "workers": workers, "configs": CONFIGS, "out": str(out)})
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(script), args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script), args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
@@ -321,12 +348,19 @@ def check_launch(monkeypatch, paths, ranks):
         explicit = {**kw, "seed": seed} if kw.get("shuffle", True) else kw
         expected = rank_runs(monkeypatch, paths, explicit, 2)
         assert [g["epochs"] for g in got] == [expected[r][1] for r in range(2)]
-        check_shares(single_plan(monkeypatch, paths, explicit), [g["epochs"] for g in got], 2, kw["batch_size"],
-                     kw.get("drop_last", False))
+        check_shares(
+            single_plan(monkeypatch, paths, explicit),
+            [g["epochs"] for g in got],
+            2,
+            kw["batch_size"],
+            kw.get("drop_last", False),
+        )
         share = rank_share(kw.get("samples_per_epoch", 43), 2, kw["batch_size"], kw.get("drop_last", False))
         assert [g["warnings"] for g in got] == [[share.message] if share.message else [], []]
-        assert all((g["padded"], g["dropped"], g["batches"]) == (share.padded, share.discarded,
-                                                                  len(expected[0][1][0])) for g in got)
+        assert all(
+            (g["padded"], g["dropped"], g["batches"]) == (share.padded, share.discarded, len(expected[0][1][0]))
+            for g in got
+        )
         assert all(g["resumed"] == g["epochs"][0] for g in got)
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -149,10 +150,14 @@ BAD = [
     ({"persistent_workers": "yes"}, "persistent_workers must be a boolean or 'auto'"),
     ({"num_workers": 0, "prefetch_factor": 2}, "prefetch_factor requires num_workers > 0"),
     ({"worker_partition": "both"}, "worker_partition must be 'split', 'replicate', or None"),
-    ({"multiprocessing_context": "nope"},
-     "multiprocessing_context must be 'inherit', an available start method, or BaseContext"),
-    ({"dataloader_kwargs": {"sampler": None, "batch_size": 2, "generator": None}},
-     "dataloader_kwargs contains reserved arguments: batch_size, sampler"),
+    (
+        {"multiprocessing_context": "nope"},
+        "multiprocessing_context must be 'inherit', an available start method, or BaseContext",
+    ),
+    (
+        {"dataloader_kwargs": {"sampler": None, "batch_size": 2, "generator": None}},
+        "dataloader_kwargs contains reserved arguments: batch_size, sampler",
+    ),
     ({"samples_per_epoch": 0}, "samples_per_epoch must be a positive integer <= 9007199254740992 or None"),
     ({"shuffle": 1}, "shuffle must be a boolean"),
     ({"drop_last": "yes"}, "drop_last must be a boolean"),
@@ -196,8 +201,14 @@ def test_unpicklable_collate_fn_is_refused_at_build_time_unless_forked(paths):
     for method in ("spawn", "forkserver"):
         with pytest.raises(TypeError, match=f"collate_fn must be picklable with multiprocessing_context='{method}'"):
             ds.to_torch_dataloader(num_workers=1, collate_fn=lambda b: b, multiprocessing_context=method, verbose=False)
-    dl = ds.to_torch_dataloader(num_workers=1, batch_size=8, collate_fn=lambda b: len(b),  # fork pickles nothing
-                                multiprocessing_context="fork", persistent_workers=False, verbose=False)
+    dl = ds.to_torch_dataloader(
+        num_workers=1,
+        batch_size=8,
+        collate_fn=lambda b: len(b),  # fork pickles nothing
+        multiprocessing_context="fork",
+        persistent_workers=False,
+        verbose=False,
+    )
     assert sum(dl) == len(ds)
 
 
@@ -208,29 +219,40 @@ def test_defaults_and_torch_settings(paths, caplog):
     assert isinstance(dl, DataLoader) and dl.batch_size == 1 and not dl.drop_last
     assert dl.seed is not None and dl.persistent_workers is False and dl.prefetch_factor is None
     assert f"event=loader_ready pid={os.getpid()} rank=0 seed={dl.seed} worker_seeds=0:" in caplog.text
-    dl = ds.to_torch_dataloader(num_workers=2, seed=9, batch_size=4, verbose=False, pin_memory=True,
-                                multiprocessing_context="fork", dataloader_kwargs={"in_order": True})
+    dl = ds.to_torch_dataloader(
+        num_workers=2,
+        seed=9,
+        batch_size=4,
+        verbose=False,
+        pin_memory=True,
+        multiprocessing_context="fork",
+        dataloader_kwargs={"in_order": True},
+    )
     assert dl.persistent_workers is True and dl.prefetch_factor == 2 and dl.num_workers == 2
     assert dl.multiprocessing_context.get_start_method() == "fork" and dl.pin_memory is True
     assert len(dl) == 11 and len(dl.dataset) == 43
     assert dl.dataset.worker_seeds == (draws.derive_seed(9, 0, 0), draws.derive_seed(9, 0, 1))
-    with pytest.warns(UserWarning, match="samples_per_epoch adjusted: requested 43 global samples, effective 40; "
-                                          "discarded 3 for equal rank batch counts"):
+    with pytest.warns(
+        UserWarning,
+        match="samples_per_epoch adjusted: requested 43 global samples, effective 40; "
+        "discarded 3 for equal rank batch counts",
+    ):
         dl = ds.to_torch_dataloader(num_workers=0, batch_size=5, drop_last=True, verbose=False)
     assert len(dl) == 8
 
 
 def _cgroup_cpus() -> int | None:
     try:
-        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
     except OSError:
         return None
     return None if quota == "max" else int(quota) // int(period)
 
 
 @pytest.mark.filterwarnings("ignore:samples_per_epoch adjusted:UserWarning")
-@pytest.mark.parametrize(("cpus", "local"), [(1, 1), (2, 1), (4, 1), (5, 1), (6, 1), (64, 1), (2, 2), (8, 2),
-                                             (9, 2), (8, 4), (16, 3)])
+@pytest.mark.parametrize(
+    ("cpus", "local"), [(1, 1), (2, 1), (4, 1), (5, 1), (6, 1), (64, 1), (2, 2), (8, 2), (9, 2), (8, 4), (16, 3)]
+)
 def test_auto_num_workers_is_min_4_cpus_per_local_rank_minus_1(paths, monkeypatch, cpus, local):
     """Documented (pytorch.md): num_workers="auto" = min(4, cpus // local_ranks - 1), where cpus
     is what this process may use (affinity, cgroup quota) and local_ranks is LOCAL_WORLD_SIZE."""
@@ -256,16 +278,25 @@ def test_fork_workers_yield_the_serial_batches(paths, config, workers, persisten
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         expected = run(loader(ds, **config), epochs=3)
-        got = run(loader(ds, **config, num_workers=workers, persistent_workers=persistent,
-                         multiprocessing_context="fork"), epochs=3)
+        got = run(
+            loader(ds, **config, num_workers=workers, persistent_workers=persistent, multiprocessing_context="fork"),
+            epochs=3,
+        )
     assert got == expected
 
 
 def test_transform_collate_worker_seeds_and_pin_memory(paths):
     ds = open_ds(paths, epoch_len=20)
     serial = [k[:2] for b in run(loader(ds, seed=8, batch_size=3), epochs=1) for k in b]
-    dl = loader(ds, seed=8, batch_size=3, num_workers=2, multiprocessing_context="fork",
-                sample_transform_fn=with_worker, pin_memory=True)
+    dl = loader(
+        ds,
+        seed=8,
+        batch_size=3,
+        num_workers=2,
+        multiprocessing_context="fork",
+        sample_transform_fn=with_worker,
+        pin_memory=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # pin_memory without an accelerator
         batches = list(dl)
@@ -273,8 +304,9 @@ def test_transform_collate_worker_seeds_and_pin_memory(paths):
     assert [r[:2] for b in batches for r in b] == serial
     for i, b in enumerate(batches):  # batch i came from worker i % 2, which applied the transform
         assert {(r[2], r[3]) for r in b} == {(i % 2, draws.derive_seed(8, 0, i % 2))}
-    default = next(iter(ds.to_torch_dataloader(num_workers=2, seed=8, batch_size=3, verbose=False,
-                                               multiprocessing_context="fork")))
+    default = next(
+        iter(ds.to_torch_dataloader(num_workers=2, seed=8, batch_size=3, verbose=False, multiprocessing_context="fork"))
+    )
     assert isinstance(default.sample_id, torch.Tensor) and default.sample_id.tolist() == [s for _, s in serial[:3]]
 
 
@@ -301,8 +333,9 @@ def test_spawn_workers_refuse_a_cache_whose_index_changed(paths):
     data = index.read_bytes()
     index.unlink()
     index.write_bytes(data)
-    with pytest.raises(drt.errors.CacheFormatError,
-                       match=f"caches changed since the torch dataset was created.*{paths[1]}"):
+    with pytest.raises(
+        drt.errors.CacheFormatError, match=f"caches changed since the torch dataset was created.*{paths[1]}"
+    ):
         next(iter(dl))
 
 
@@ -355,8 +388,14 @@ def test_resume_with_workers_and_a_random_seed(paths):
     full = run(serial, epochs=3)
     per_epoch = len(serial)
     for cut, workers, persistent in [(3, 2, True), (per_epoch, 2, False), (per_epoch + 5, 3, True)]:
-        dl = loader(ds, seed=17, batch_size=4, num_workers=workers, persistent_workers=persistent,
-                    multiprocessing_context="fork")
+        dl = loader(
+            ds,
+            seed=17,
+            batch_size=4,
+            num_workers=workers,
+            persistent_workers=persistent,
+            multiprocessing_context="fork",
+        )
         head = consume(dl, cut)
         state = dl.state_dict()
         assert (state["epoch"], state["batches"]) == divmod(cut, per_epoch)
@@ -405,7 +444,7 @@ def test_resume_refuses_a_changed_drop_last_or_samples_per_epoch(paths):
             other.load_state_dict(state)
     same = loader(ds, seed=5, batch_size=4, samples_per_epoch=40)
     same.load_state_dict(state)  # the unchanged loader resumes
-    assert len([b for b in same]) == 10 - 2
+    assert len(list(same)) == 10 - 2
 
 
 def test_loader_is_fixed_at_creation_and_reads_through_the_runtime(paths):

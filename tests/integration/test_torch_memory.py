@@ -67,8 +67,9 @@ def write_caches(base: Path, rows: int) -> list[Path]:
     rewritten manifest (own source_name and cache_id), as benchmarks.foundation.make_many_caches."""
     rt = drt.DatasetRuntime(num_workers=1)
     try:
-        [written] = rt.write_cache([TinySource("c0", rows // COPIES)], base,
-                                   writer_config=drt.WriterConfig(show_progress=False))
+        [written] = rt.write_cache(
+            [TinySource("c0", rows // COPIES)], base, writer_config=drt.WriterConfig(show_progress=False)
+        )
     finally:
         rt.close()
     assert isinstance(written, drt.CacheWriteSuccess), written
@@ -79,7 +80,12 @@ def write_caches(base: Path, rows: int) -> list[Path]:
         name = f"c{k}"
         d = base / name
         (d / "shards").mkdir(parents=True)
-        for rel in ("index.bin", "metadata.arrow", "checksums.xxh3", *(f"shards/{s['name']}" for s in manifest["shards"])):
+        for rel in (
+            "index.bin",
+            "metadata.arrow",
+            "checksums.xxh3",
+            *(f"shards/{s['name']}" for s in manifest["shards"]),
+        ):
             os.link(seed / rel, d / rel)
         (d / "manifest.json").write_text(json.dumps(dict(manifest, source_name=name, cache_id=cache_id_for(name))))
         paths.append(d)
@@ -140,9 +146,16 @@ def measure(make_loader, batches: int = BATCHES) -> dict[str, int]:
 
 def ours(ds: drt.CachedDataset, workers: int):
     """Passes of BATCHES x BATCH_SIZE weighted draws (with replacement), whatever the table size."""
-    return lambda: ds.to_torch_dataloader(num_workers=workers, batch_size=BATCH_SIZE, multiprocessing_context="fork",
-                                          persistent_workers=True, seed=1, shuffle=True, verbose=False,
-                                          samples_per_epoch=BATCHES * BATCH_SIZE)
+    return lambda: ds.to_torch_dataloader(
+        num_workers=workers,
+        batch_size=BATCH_SIZE,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+        seed=1,
+        shuffle=True,
+        verbose=False,
+        samples_per_epoch=BATCHES * BATCH_SIZE,
+    )
 
 
 class ListOfDicts(Dataset):
@@ -159,9 +172,15 @@ class ListOfDicts(Dataset):
 
 
 def plain(dataset: Dataset, workers: int):
-    return lambda: DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, num_workers=workers,
-                              multiprocessing_context="fork", persistent_workers=True,
-                              generator=torch.Generator().manual_seed(1))
+    return lambda: DataLoader(
+        dataset,
+        batch_size=BATCH_SIZE,
+        shuffle=True,
+        num_workers=workers,
+        multiprocessing_context="fork",
+        persistent_workers=True,
+        generator=torch.Generator().manual_seed(1),
+    )
 
 
 def mib(value: int) -> str:
@@ -170,8 +189,10 @@ def mib(value: int) -> str:
 
 def report(name: str, k1: dict[str, int], k4: dict[str, int]) -> int:
     growth = k4["growth"] - k1["growth"]
-    print(f"\n{name}: K=1 tree PSS {mib(k1['peak'])} (+{mib(k1['growth'])} over {mib(k1['base'])}); "
-          f"K=4 {mib(k4['peak'])} (+{mib(k4['growth'])} over {mib(k4['base'])}); K4 - K1 growth {mib(growth)}")
+    print(
+        f"\n{name}: K=1 tree PSS {mib(k1['peak'])} (+{mib(k1['growth'])} over {mib(k1['base'])}); "
+        f"K=4 {mib(k4['peak'])} (+{mib(k4['growth'])} over {mib(k4['base'])}); K4 - K1 growth {mib(growth)}"
+    )
     return growth
 
 
@@ -195,7 +216,8 @@ def test_worker_pss_does_not_grow_with_table_size(figures):
     print(f"per-worker constant (10k rows): {mib(int(per_worker))}; 1M-row K4 - K1: {mib(figures['big'])}")
     assert figures["big"] <= figures["small"] + SLACK, (
         f"4 fork workers over ~1M rows grow tree PSS by {mib(figures['big'])} over 1 worker, "
-        f"against {mib(figures['small'])} over ~10k rows (+{mib(SLACK)} slack allowed)")
+        f"against {mib(figures['small'])} over ~10k rows (+{mib(SLACK)} slack allowed)"
+    )
 
 
 def test_list_of_dicts_grows_more(figures):

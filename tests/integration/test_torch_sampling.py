@@ -32,14 +32,22 @@ def paths(write_caches):
 
 
 def mixture(paths) -> Mixture:
-    return Mixture({"big": 0.5, "tiny": 0.25, "mid": 0.25},
-                   {"big": Stream.by_cache(paths[0]), "tiny": Stream.by_cache(paths[1]), "mid": Stream.by_cache(paths[2])})
+    return Mixture(
+        {"big": 0.5, "tiny": 0.25, "mid": 0.25},
+        {"big": Stream.by_cache(paths[0]), "tiny": Stream.by_cache(paths[1]), "mid": Stream.by_cache(paths[2])},
+    )
 
 
 def curriculum(paths) -> Curriculum:
     mix = mixture(paths)
-    return Curriculum([Stage(Mixture({"tiny": 1}, dict(mix.streams)), batches=2), Stage(mix, samples=12),
-                       Stage(Mixture({"big": 0.5, "mid": 0.5}, dict(mix.streams)))], batch_size=4)
+    return Curriculum(
+        [
+            Stage(Mixture({"tiny": 1}, dict(mix.streams)), batches=2),
+            Stage(mix, samples=12),
+            Stage(Mixture({"big": 0.5, "mid": 0.5}, dict(mix.streams))),
+        ],
+        batch_size=4,
+    )
 
 
 def open_ds(paths, mixed=False, seed=0):
@@ -53,8 +61,9 @@ def open_ds(paths, mixed=False, seed=0):
 
 
 def loader(ds, **kw):
-    return ds.to_torch_dataloader(**{"verbose": False, "collate_fn": keys, "num_workers": 0, "seed": 5,
-                                     "batch_size": 4, **kw})
+    return ds.to_torch_dataloader(
+        **{"verbose": False, "collate_fn": keys, "num_workers": 0, "seed": 5, "batch_size": 4, **kw}
+    )
 
 
 def epochs(dl, n=2) -> list[list[tuple[int, int]]]:
@@ -186,6 +195,11 @@ def test_iter_ds_passes_resume_mid_epoch(paths, mixed):
 def test_iterable_dataset_workers_read_one_epoch(paths, context):
     ds = open_ds(paths, mixed=True)
     serial = keys(open_ds(paths, mixed=True))
-    dl = torch.utils.data.DataLoader(to_torch_iterable_dataset(ds, block_rows=4), batch_size=4, num_workers=2,
-                                     collate_fn=keys, multiprocessing_context=context)
+    dl = torch.utils.data.DataLoader(
+        to_torch_iterable_dataset(ds, block_rows=4),
+        batch_size=4,
+        num_workers=2,
+        collate_fn=keys,
+        multiprocessing_context=context,
+    )
     assert [k for b in dl for k in b] == serial

@@ -38,8 +38,9 @@ def _ragged_items(n, axis_last=False):
 
 def _cache(tmp_path, items, spec, algo):
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [res] = rt.write_cache([ListSource(f"c{algo}", items)], tmp_path / algo,
-                               writer_config=writer_config(algo, payload_spec=spec))
+        [res] = rt.write_cache(
+            [ListSource(f"c{algo}", items)], tmp_path / algo, writer_config=writer_config(algo, payload_spec=spec)
+        )
     assert isinstance(res, drt.CacheWriteSuccess), res
     return res.path
 
@@ -88,12 +89,12 @@ def test_ragged_values_offsets_shapes_and_projection(tmp_path, workers, algo, pa
     for batch in ds.iter_batches(8):
         values, offsets, shapes = batch.to_numpy()
         n = len(batch)
-        mine = want[position:position + n]
+        mine = want[position : position + n]
         assert offsets.dtype == np.int64 and offsets.tolist() == np.cumsum([0] + [m.shape[axis] for m in mine]).tolist()
         assert shapes.dtype == np.int64 and shapes.tolist() == [list(m.shape) for m in mine]
         flat = values.reshape(-1)
         for i, m in enumerate(mine):
-            assert np.array_equal(flat[offsets[i] * 3: offsets[i + 1] * 3].reshape(shapes[i]), m)
+            assert np.array_equal(flat[offsets[i] * 3 : offsets[i + 1] * 3].reshape(shapes[i]), m)
         if not axis_last:
             assert values.shape == (offsets[-1], 3)
         fixed = batch.to_numpy(length=4, pad=-7)

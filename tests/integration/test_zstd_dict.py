@@ -71,9 +71,9 @@ def test_the_writer_stores_a_dictionary_every_frame_names(caches):
     decoder = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
     stored_total = 0
     for sid, (payload, _) in enumerate(ITEMS_A):
-        shard, offset, length = (int.from_bytes(index[24 * sid + k:24 * sid + k + 8], "little") for k in (0, 8, 16))
-        record = (a / "shards" / doc["shards"][shard]["name"]).read_bytes()[offset:offset + length]
-        stored = record[8 + int.from_bytes(record[:8], "little"):]
+        shard, offset, length = (int.from_bytes(index[24 * sid + k : 24 * sid + k + 8], "little") for k in (0, 8, 16))
+        record = (a / "shards" / doc["shards"][shard]["name"]).read_bytes()[offset : offset + length]
+        stored = record[8 + int.from_bytes(record[:8], "little") :]
         assert zstandard.get_frame_parameters(stored).dict_id == dict_id
         assert decoder.decompress(stored) == payload
         stored_total += len(stored)
@@ -102,7 +102,7 @@ def test_in_process_reads_get_item_and_batches(caches):
     ds = _ordered(caches)
     assert [s.data for s in ds] == EXPECTED
     assert [bytes(b.payload(i)) for b in ds.iter_batches(64) for i in range(len(b))] == EXPECTED
-    ids = [h for h in (json.loads((c / "manifest.json").read_text())["cache_id"] for c in caches)]
+    ids = [json.loads((c / "manifest.json").read_text())["cache_id"] for c in caches]
     assert ds.get_item(ids[1], 57).data == ITEMS_B[57][0]
     assert ds.get_item(ids[0], 299).data == ITEMS_A[299][0]
     strict = _ordered(caches, validate_cache=True)
@@ -133,8 +133,11 @@ def test_torch_dataloader_workers(caches):
         serial = [(s.cache_id, s.sample_id, s.data) for batch in loader(num_workers=0) for s in batch]
         assert len(serial) == len(EXPECTED) and all(truth[k[:2]] == k[2] for k in serial)
         for context in ("fork", "spawn"):
-            got = [(s.cache_id, s.sample_id, s.data) for batch in loader(num_workers=2, multiprocessing_context=context)
-                   for s in batch]
+            got = [
+                (s.cache_id, s.sample_id, s.data)
+                for batch in loader(num_workers=2, multiprocessing_context=context)
+                for s in batch
+            ]
             assert got == serial, context
 
 

@@ -55,8 +55,9 @@ def _template_cache(tmp_path_factory, opener):
     from tests.conftest import ListSource, sample_items, writer_config
 
     base = tmp_path_factory.mktemp("template")
-    (result,) = opener.write_cache([ListSource("victim", sample_items(N_SAMPLES, tag="victim"))], base,
-                                   writer_config=writer_config())
+    (result,) = opener.write_cache(
+        [ListSource("victim", sample_items(N_SAMPLES, tag="victim"))], base, writer_config=writer_config()
+    )
     return result.path
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import zstandard
@@ -43,7 +43,9 @@ def _write(base: Path, name: str, seed: int) -> Path:
     comp = drt.ShardCompression(algo="zstd_dict", dict_bytes=1024)
     config = drt.WriterConfig(show_progress=False, shard_compression=comp, max_shard_bytes=1500)
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [result] = rt.write_cache(ListSource(name, json_like_items(N_RECORDS, seed=seed, tag=name)), base, writer_config=config)
+        [result] = rt.write_cache(
+            ListSource(name, json_like_items(N_RECORDS, seed=seed, tag=name)), base, writer_config=config
+        )
     assert isinstance(result, drt.CacheWriteSuccess), result
     return Path(result.path)
 
@@ -53,7 +55,10 @@ def _templates(tmp_path_factory):
     base = tmp_path_factory.mktemp("dict-templates")
     own = _write(base, "victim", 0)
     foreign = _write(base / "foreign", "victim", 5000)  # same name, other records: another dictionary
-    assert load_manifest(own)["datasetrt"]["zstd_dictionary"]["dict_id"] != load_manifest(foreign)["datasetrt"]["zstd_dictionary"]["dict_id"]
+    assert (
+        load_manifest(own)["datasetrt"]["zstd_dictionary"]["dict_id"]
+        != load_manifest(foreign)["datasetrt"]["zstd_dictionary"]["dict_id"]
+    )
     return own, foreign
 
 
@@ -134,23 +139,74 @@ ROWS = [
     ("dictionary-emptied", lambda c, f: _dict(c).write_bytes(b""), LENGTH, "same"),
     ("entry-sha256", _set_entry("sha256", "0" * 64), SHA, "same"),
     ("entry-byte-len", _set_entry("byte_len", 7), LENGTH, "same"),
-    ("entry-dict-id", _set_entry("dict_id", 12345),
-     _at_open(CacheFormatError, ValueError, "dictionary id mismatch for", "the manifest says 12345"), "same"),
-    ("entry-file-absent", _set_entry("file", "other.zstd"),
-     Expect("open", CacheIOError, RuntimeError, lambda c, f: ["No such file or directory", c / "other.zstd"]), "same"),
-    ("entry-removed", lambda c, f: edit_manifest(c, lambda d: d["datasetrt"].pop("zstd_dictionary")),
-     Expect("open", ManifestJSONError, RuntimeError,
-            lambda c, f: ["shards[0] use zstd_dict but `datasetrt.zstd_dictionary` is missing", manifest_path(c)]), "same"),
-    ("foreign-dictionary", _transplant,
-     Expect("iter", CacheFormatError, ValueError, lambda c, f: [  # the frame's own id: checked in the test
-         "zstd_dict payload was compressed with dictionary id", f"but the cache's dictionary has id {_entry(f)['dict_id']}",
-         f"{c} sample 0"]), "same"),
-    ("dictionary-tables-garbage", _garbage_tables,
-     Expect("iter", CacheFormatError, ValueError, lambda c, f: ["dictionary is not a zstd dictionary the library can load", _dict(c)]),
-     Expect("open", CacheFormatError, ValueError, lambda c, f: ["dictionary is not a zstd dictionary the library can load", _dict(c)])),
-    ("frame-without-dictionary-id", _plain_frame,
-     Expect("iter", CacheFormatError, ValueError, lambda c, f: [
-         "zstd_dict payload was compressed with dictionary id 0, but the cache's dictionary has id", f"{c} sample 1"]), "same"),
+    (
+        "entry-dict-id",
+        _set_entry("dict_id", 12345),
+        _at_open(CacheFormatError, ValueError, "dictionary id mismatch for", "the manifest says 12345"),
+        "same",
+    ),
+    (
+        "entry-file-absent",
+        _set_entry("file", "other.zstd"),
+        Expect("open", CacheIOError, RuntimeError, lambda c, f: ["No such file or directory", c / "other.zstd"]),
+        "same",
+    ),
+    (
+        "entry-removed",
+        lambda c, f: edit_manifest(c, lambda d: d["datasetrt"].pop("zstd_dictionary")),
+        Expect(
+            "open",
+            ManifestJSONError,
+            RuntimeError,
+            lambda c, f: ["shards[0] use zstd_dict but `datasetrt.zstd_dictionary` is missing", manifest_path(c)],
+        ),
+        "same",
+    ),
+    (
+        "foreign-dictionary",
+        _transplant,
+        Expect(
+            "iter",
+            CacheFormatError,
+            ValueError,
+            lambda c, f: [  # the frame's own id: checked in the test
+                "zstd_dict payload was compressed with dictionary id",
+                f"but the cache's dictionary has id {_entry(f)['dict_id']}",
+                f"{c} sample 0",
+            ],
+        ),
+        "same",
+    ),
+    (
+        "dictionary-tables-garbage",
+        _garbage_tables,
+        Expect(
+            "iter",
+            CacheFormatError,
+            ValueError,
+            lambda c, f: ["dictionary is not a zstd dictionary the library can load", _dict(c)],
+        ),
+        Expect(
+            "open",
+            CacheFormatError,
+            ValueError,
+            lambda c, f: ["dictionary is not a zstd dictionary the library can load", _dict(c)],
+        ),
+    ),
+    (
+        "frame-without-dictionary-id",
+        _plain_frame,
+        Expect(
+            "iter",
+            CacheFormatError,
+            ValueError,
+            lambda c, f: [
+                "zstd_dict payload was compressed with dictionary id 0, but the cache's dictionary has id",
+                f"{c} sample 1",
+            ],
+        ),
+        "same",
+    ),
 ]
 
 
@@ -188,7 +244,9 @@ def test_undamaged_copy_reads(runtime, dict_cache, validate):
     assert _entry(dict_cache)["sha256"] == sha256_of(_dict(dict_cache))
 
 
-@pytest.mark.parametrize("mutate", [_transplant, _garbage_tables, _plain_frame], ids=["foreign", "garbage-tables", "plain-frame"])
+@pytest.mark.parametrize(
+    "mutate", [_transplant, _garbage_tables, _plain_frame], ids=["foreign", "garbage-tables", "plain-frame"]
+)
 def test_reader_workers_report_the_same_typed_error(dict_cache, foreign, mutate):
     """Workers started first, so the records are read (and the dictionary loaded) in a worker
     process: the fault comes back as the same class, naming the cache."""

@@ -10,9 +10,9 @@ differences are about *which* check fires first, never about letting damage thro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -54,7 +54,9 @@ SHA_INDEX = _sha_mismatch("index.bin")
 SHA_META = _sha_mismatch("metadata.arrow")
 # Beyond dataset-rt (which serves an edited metadata.arrow unless validate_cache=True): the table
 # drives filters and weights, so its sha256 is checked when it is first decoded, by default.
-META_HASH_ON_USE = Expect("metadata", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {c / 'metadata.arrow'}"])
+META_HASH_ON_USE = Expect(
+    "metadata", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {c / 'metadata.arrow'}"]
+)
 
 
 # -- mutations ------------------------------------------------------------------------------------
@@ -76,6 +78,7 @@ def _truncate(path_of, nbytes):
     def mutate(c):
         path = path_of(c)
         path.write_bytes(path.read_bytes()[:-nbytes])
+
     return mutate
 
 
@@ -83,6 +86,7 @@ def _extend(path_of, extra=b"\0" * 7):
     def mutate(c):
         with open(path_of(c), "ab") as f:
             f.write(extra)
+
     return mutate
 
 
@@ -94,6 +98,7 @@ def _absent_shard(c):
     def edit(d):
         extra = dict(d["shards"][0], name="000001.bin")
         d["shards"].append(extra)
+
     edit_manifest(c, edit)
 
 
@@ -126,6 +131,7 @@ def _rewrite_meta(transform):
         writer.write_table(table)
         writer.close()
         META(c).write_bytes(sink.getvalue().to_pybytes())
+
     return mutate
 
 
@@ -150,73 +156,190 @@ ROWS = [
     ("metadata-sha", _set("metadata_sha256", "0" * 64), META_HASH_ON_USE, SHA_META, ""),
     ("index-sha", _set("index_sha256", "0" * 64), ACCEPTED, SHA_INDEX, ""),
     ("shard-sha", _set_shard("sha256", "0" * 64), ACCEPTED, SHA_SHARD, ""),
-    ("sidecar-sha", _set_sidecar_sha, ACCEPTED,
-     Expect("open", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {c / 'checksums.xxh3'}"]),
-     "datasetrt extension: the sidecar file is hashed like every other file"),
-    ("sample-count-999", _set("sample_count", 999),
-     Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
-     Expect("open", CacheFormatError, ValueError, lambda c: ["row count does not match manifest", INDEX(c)]),
-     "validate: dataset-rt says 'metadata row count'; datasetrt's shape check of index.bin runs first"),
-    ("sample-count-2", _set("sample_count", 2),
-     Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
-     Expect("open", CacheFormatError, ValueError, lambda c: ["row count does not match manifest", INDEX(c)]),
-     "as above"),
-    ("shard-truncated", _truncate(shard_file, 3),
-     Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]), "same", ""),
-    ("shard-extended", _extend(shard_file),
-     Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]), "same", ""),
-    ("shard-byte-len", _set_shard("byte_len", 1),
-     Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]), "same", ""),
-    ("shard-missing", _unlink(shard_file),
-     Expect("open", CacheIOError, RuntimeError,
-            lambda c: ["I/O error: No such file or directory (os error 2)", shard_file(c)]), "same", ""),
-    ("absent-shard-listed", _absent_shard,
-     Expect("open", CacheIOError, RuntimeError,
-            lambda c: ["I/O error: No such file or directory (os error 2)", c / "shards" / "000001.bin"]), "same", ""),
-    ("payload-flipped", _flip_payload,
-     Expect("iter", IntegrityError, ValueError, lambda c: ["record checksum mismatch for", f"{c} sample 1"]),
-     SHA_SHARD, "improvement: dataset-rt returns the corrupted bytes without validate_cache"),
-    ("index-missing", _unlink(INDEX),
-     Expect("open", CacheIOError, RuntimeError, lambda c: ["I/O error: No such file", INDEX(c)]), "same", ""),
-    ("index-not-multiple-of-24", _extend(INDEX, b"\1" * 5),
-     Expect("open", CacheFormatError, ValueError, lambda c: ["index length is not divisible by row size", INDEX(c)]),
-     "same", "validate: dataset-rt hashes first (checksum mismatch); datasetrt's shape check runs first"),
-    ("index-missing-row", _drop_index_row,
-     Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
-     "same", "as above"),
-    ("index-shard-id-5", _index(shard_id=5),
-     Expect("iter", CacheFormatError, ValueError, lambda c: ["index references missing shard 5", f"{c} sample 2"]),
-     SHA_INDEX, "default open maps no index bytes, so the kernel's per-record check fires (dataset-rt: at load)"),
-    ("index-offset-past-eof", _offset_past_eof,
-     Expect("iter", CacheIOError, RuntimeError, lambda c: ["I/O error: failed to fill whole buffer", f"{c} sample 2"]),
-     SHA_INDEX, ""),
-    ("index-len-minus-1", _index(byte_len=2**64 - 1),
-     Expect("iter", CacheIOError, RuntimeError, lambda c: ["I/O error: failed to fill whole buffer", f"{c} sample 2"]),
-     SHA_INDEX, "improvement: dataset-rt returns a silently truncated payload"),
-    ("metadata-missing", _unlink(META),
-     Expect("open", CacheIOError, RuntimeError, lambda c: ["I/O error: No such file", META(c)]), "same", ""),
-    ("metadata-garbage", _meta_bytes(lambda b: b"x" * len(b)),
-     Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
-     SHA_META, ""),
-    ("metadata-garbage-with-magic", _meta_bytes(lambda b: b"ARROW1" + b"x" * 100 + b"ARROW1"),
-     Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
-     SHA_META, "observed on dataset-rt 0.4.8"),
-    ("metadata-stream-format", _rewrite_meta(lambda t: (t, True)),
-     Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
-     SHA_META, ""),
-    ("metadata-truncated", _truncate(META, 20),
-     Expect("metadata", ArrowFormatError, RuntimeError,
-            lambda c: ["Arrow error: Parser error: Arrow file does not contain correct footer", META(c)]),
-     SHA_META, ""),
-    ("metadata-2-rows", _rewrite_meta(lambda t: (t.slice(0, 2), False)),
-     Expect("metadata", CacheFormatError, ValueError,
-            lambda c: [f"metadata row count for cache {c} expected {N_SAMPLES}, got 2", META(c)]),
-     SHA_META, "names the cache directory where dataset-rt gives its position"),
+    (
+        "sidecar-sha",
+        _set_sidecar_sha,
+        ACCEPTED,
+        Expect("open", IntegrityError, ValueError, lambda c: [f"checksum mismatch for {c / 'checksums.xxh3'}"]),
+        "datasetrt extension: the sidecar file is hashed like every other file",
+    ),
+    (
+        "sample-count-999",
+        _set("sample_count", 999),
+        Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
+        Expect("open", CacheFormatError, ValueError, lambda c: ["row count does not match manifest", INDEX(c)]),
+        "validate: dataset-rt says 'metadata row count'; datasetrt's shape check of index.bin runs first",
+    ),
+    (
+        "sample-count-2",
+        _set("sample_count", 2),
+        Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
+        Expect("open", CacheFormatError, ValueError, lambda c: ["row count does not match manifest", INDEX(c)]),
+        "as above",
+    ),
+    (
+        "shard-truncated",
+        _truncate(shard_file, 3),
+        Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]),
+        "same",
+        "",
+    ),
+    (
+        "shard-extended",
+        _extend(shard_file),
+        Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]),
+        "same",
+        "",
+    ),
+    (
+        "shard-byte-len",
+        _set_shard("byte_len", 1),
+        Expect("open", CacheFormatError, ValueError, lambda c: [f"shard length mismatch for {shard_file(c)}"]),
+        "same",
+        "",
+    ),
+    (
+        "shard-missing",
+        _unlink(shard_file),
+        Expect(
+            "open",
+            CacheIOError,
+            RuntimeError,
+            lambda c: ["I/O error: No such file or directory (os error 2)", shard_file(c)],
+        ),
+        "same",
+        "",
+    ),
+    (
+        "absent-shard-listed",
+        _absent_shard,
+        Expect(
+            "open",
+            CacheIOError,
+            RuntimeError,
+            lambda c: ["I/O error: No such file or directory (os error 2)", c / "shards" / "000001.bin"],
+        ),
+        "same",
+        "",
+    ),
+    (
+        "payload-flipped",
+        _flip_payload,
+        Expect("iter", IntegrityError, ValueError, lambda c: ["record checksum mismatch for", f"{c} sample 1"]),
+        SHA_SHARD,
+        "improvement: dataset-rt returns the corrupted bytes without validate_cache",
+    ),
+    (
+        "index-missing",
+        _unlink(INDEX),
+        Expect("open", CacheIOError, RuntimeError, lambda c: ["I/O error: No such file", INDEX(c)]),
+        "same",
+        "",
+    ),
+    (
+        "index-not-multiple-of-24",
+        _extend(INDEX, b"\1" * 5),
+        Expect("open", CacheFormatError, ValueError, lambda c: ["index length is not divisible by row size", INDEX(c)]),
+        "same",
+        "validate: dataset-rt hashes first (checksum mismatch); datasetrt's shape check runs first",
+    ),
+    (
+        "index-missing-row",
+        _drop_index_row,
+        Expect("open", CacheFormatError, ValueError, lambda c: ["index row count does not match manifest", INDEX(c)]),
+        "same",
+        "as above",
+    ),
+    (
+        "index-shard-id-5",
+        _index(shard_id=5),
+        Expect("iter", CacheFormatError, ValueError, lambda c: ["index references missing shard 5", f"{c} sample 2"]),
+        SHA_INDEX,
+        "default open maps no index bytes, so the kernel's per-record check fires (dataset-rt: at load)",
+    ),
+    (
+        "index-offset-past-eof",
+        _offset_past_eof,
+        Expect(
+            "iter", CacheIOError, RuntimeError, lambda c: ["I/O error: failed to fill whole buffer", f"{c} sample 2"]
+        ),
+        SHA_INDEX,
+        "",
+    ),
+    (
+        "index-len-minus-1",
+        _index(byte_len=2**64 - 1),
+        Expect(
+            "iter", CacheIOError, RuntimeError, lambda c: ["I/O error: failed to fill whole buffer", f"{c} sample 2"]
+        ),
+        SHA_INDEX,
+        "improvement: dataset-rt returns a silently truncated payload",
+    ),
+    (
+        "metadata-missing",
+        _unlink(META),
+        Expect("open", CacheIOError, RuntimeError, lambda c: ["I/O error: No such file", META(c)]),
+        "same",
+        "",
+    ),
+    (
+        "metadata-garbage",
+        _meta_bytes(lambda b: b"x" * len(b)),
+        Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
+        SHA_META,
+        "",
+    ),
+    (
+        "metadata-garbage-with-magic",
+        _meta_bytes(lambda b: b"ARROW1" + b"x" * 100 + b"ARROW1"),
+        Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
+        SHA_META,
+        "observed on dataset-rt 0.4.8",
+    ),
+    (
+        "metadata-stream-format",
+        _rewrite_meta(lambda t: (t, True)),
+        Expect("metadata", CacheFormatError, ValueError, lambda c: ["invalid metadata Arrow footer", META(c)]),
+        SHA_META,
+        "",
+    ),
+    (
+        "metadata-truncated",
+        _truncate(META, 20),
+        Expect(
+            "metadata",
+            ArrowFormatError,
+            RuntimeError,
+            lambda c: ["Arrow error: Parser error: Arrow file does not contain correct footer", META(c)],
+        ),
+        SHA_META,
+        "",
+    ),
+    (
+        "metadata-2-rows",
+        _rewrite_meta(lambda t: (t.slice(0, 2), False)),
+        Expect(
+            "metadata",
+            CacheFormatError,
+            ValueError,
+            lambda c: [f"metadata row count for cache {c} expected {N_SAMPLES}, got 2", META(c)],
+        ),
+        SHA_META,
+        "names the cache directory where dataset-rt gives its position",
+    ),
     ("metadata-value-changed", _rewrite_meta(_value_changed), META_HASH_ON_USE, SHA_META, ""),
-    ("metadata-int32-column", _rewrite_meta(_int32_column),
-     Expect("metadata", CacheFormatError, ValueError,
-            lambda c: ["metadata column 'index' does not match manifest schema", META(c)]),
-     SHA_META, ""),
+    (
+        "metadata-int32-column",
+        _rewrite_meta(_int32_column),
+        Expect(
+            "metadata",
+            CacheFormatError,
+            ValueError,
+            lambda c: ["metadata column 'index' does not match manifest schema", META(c)],
+        ),
+        SHA_META,
+        "",
+    ),
 ]
 
 

@@ -37,8 +37,20 @@ def _refused(opener, cache, *fragments):
 # -- shard names ------------------------------------------------------------------------------------
 
 BAD_SHARD_NAMES = [
-    "..", ".", "../000000.bin", "/etc/passwd", "/tmp/000000.bin", "000000.bin\0", "000000.bin\0.txt",
-    "000000.bin/../x", "sub/000000.bin", "000000.bin\n", "", "000000.BIN", "0.bin", "000000.bin ",
+    "..",
+    ".",
+    "../000000.bin",
+    "/etc/passwd",
+    "/tmp/000000.bin",
+    "000000.bin\0",
+    "000000.bin\0.txt",
+    "000000.bin/../x",
+    "sub/000000.bin",
+    "000000.bin\n",
+    "",
+    "000000.BIN",
+    "0.bin",
+    "000000.bin ",
     "٠٠٠٠٠٠.bin",  # Arabic-Indic digits match \d but not [0-9]
 ]
 
@@ -56,11 +68,17 @@ def _set_field(where, key, value):
     def edit(d):
         target = d if where == "top" else d["shards"][0]
         target[key] = value
+
     return edit
 
 
-INT_FIELDS = [("top", "sample_count"), ("top", "cache_id"), ("top", "format_version"),
-              ("shard", "byte_len"), ("shard", "uncompressed_byte_len")]
+INT_FIELDS = [
+    ("top", "sample_count"),
+    ("top", "cache_id"),
+    ("top", "format_version"),
+    ("shard", "byte_len"),
+    ("shard", "uncompressed_byte_len"),
+]
 HUGE = [U63, U63 + 1, U64 - 1, U64, U64 + 1, 2**70, 10**40]
 
 
@@ -85,8 +103,11 @@ def test_sample_count_whose_index_size_overflows(opener, fresh_cache, value):
     _refused(opener, fresh_cache, "`sample_count`", str(MAX_SAMPLE_COUNT))
 
 
-@pytest.mark.parametrize("value", [5.0, 5.5, "5", True, False, None, [5], {"v": 5}],
-                         ids=["float", "fraction", "string", "true", "false", "null", "list", "map"])
+@pytest.mark.parametrize(
+    "value",
+    [5.0, 5.5, "5", True, False, None, [5], {"v": 5}],
+    ids=["float", "fraction", "string", "true", "false", "null", "list", "map"],
+)
 @pytest.mark.parametrize("where, key", INT_FIELDS, ids=[k for _, k in INT_FIELDS])
 def test_integer_field_with_wrong_type(opener, fresh_cache, where, key, value):
     edit_manifest(fresh_cache, _set_field(where, key, value))
@@ -96,9 +117,11 @@ def test_integer_field_with_wrong_type(opener, fresh_cache, where, key, value):
 def test_huge_values_allocate_nothing(opener, fresh_cache):
     """Refusal happens before anything is sized from the manifest: opening with every count and
     length near 2**64 allocates no more than a few MiB."""
+
     def edit(d):
         d["sample_count"] = U64 - 1
         d["shards"][0].update(byte_len=U64 - 1, uncompressed_byte_len=U64 - 1)
+
     edit_manifest(fresh_cache, edit)
     tracemalloc.start()
     try:
@@ -156,8 +179,16 @@ def test_metadata_schema_not_a_list(opener, fresh_cache, value):
     _refused(opener, fresh_cache, "`metadata_schema`")
 
 
-BAD_SIDECAR_FILES = ["../checksums.xxh3", "sub/checksums.xxh3", "/etc/passwd", "checksums.xxh3/", "", ".", "..",
-                     "checksums\0.xxh3"]
+BAD_SIDECAR_FILES = [
+    "../checksums.xxh3",
+    "sub/checksums.xxh3",
+    "/etc/passwd",
+    "checksums.xxh3/",
+    "",
+    ".",
+    "..",
+    "checksums\0.xxh3",
+]
 
 
 @pytest.mark.parametrize("name", BAD_SIDECAR_FILES, ids=[repr(n) for n in BAD_SIDECAR_FILES])
@@ -233,9 +264,11 @@ def test_manifest_is_a_directory(opener, fresh_cache):
 
 def test_valid_edge_values_still_open(opener, fresh_cache):
     """The limits are not over-tight: cache_id 2**64-1, an empty extension map and an extra field open."""
+
     def edit(d):
         d["cache_id"] = U64 - 1
         d["comment"] = {"nested": [1, [2, [3]]]}
+
     edit_manifest(fresh_cache, edit)
     out = probe(opener, fresh_cache, validate=True)
     assert out.stage is None, repr(out.error)

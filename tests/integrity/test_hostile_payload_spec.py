@@ -14,6 +14,7 @@ from tests.integrity.corrupt import assert_fault, edit_manifest, manifest_path, 
 def _set_spec(value):
     def edit(doc):
         doc.setdefault("datasetrt", {})["payload_spec"] = value
+
     return edit
 
 
@@ -43,14 +44,25 @@ def test_bad_payload_spec_is_refused_at_open(opener, fresh_cache, spec, words):
     edit_manifest(fresh_cache, _set_spec(spec))
     for validate in (False, True):
         out = probe(opener, fresh_cache, validate=validate)
-        assert_fault(out, "open", ManifestJSONError, RuntimeError, "JSON error", manifest_path(fresh_cache),
-                     "datasetrt.payload_spec", words)
+        assert_fault(
+            out,
+            "open",
+            ManifestJSONError,
+            RuntimeError,
+            "JSON error",
+            manifest_path(fresh_cache),
+            "datasetrt.payload_spec",
+            words,
+        )
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ({"dtype": "uint8", "shape": [None]}, drt.PayloadSpec("uint8", (None,))),
-    ({"dtype": "complex128", "shape": []}, drt.PayloadSpec("complex128", ())),
-])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"dtype": "uint8", "shape": [None]}, drt.PayloadSpec("uint8", (None,))),
+        ({"dtype": "complex128", "shape": []}, drt.PayloadSpec("complex128", ())),
+    ],
+)
 def test_valid_payload_spec_opens_and_is_the_datasets(opener, fresh_cache, spec, expected):
     # The template's payloads are 0..148 bytes: every length is a multiple of 1, and no record is
     # read here as typed, so the spec is only parsed and reported.

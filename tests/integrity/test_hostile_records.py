@@ -56,11 +56,20 @@ def test_index_entry_past_shard_end(request, runtime, cache, validate, entry):
     rehash(cache)
     out = probe(runtime, cache, validate=validate)
     if validate:
-        assert_fault(out, "open", CacheFormatError, ValueError, "invalid binary record", "index row 3",
-                     cache / "index.bin")
+        assert_fault(
+            out, "open", CacheFormatError, ValueError, "invalid binary record", "index row 3", cache / "index.bin"
+        )
         return
-    assert_fault(out, "iter", CacheIOError, RuntimeError, "I/O error: failed to fill whole buffer",
-                 f"offset {offset}, byte_len {byte_len}", f"{cache} sample 3", shard_file(cache))
+    assert_fault(
+        out,
+        "iter",
+        CacheIOError,
+        RuntimeError,
+        "I/O error: failed to fill whole buffer",
+        f"offset {offset}, byte_len {byte_len}",
+        f"{cache} sample 3",
+        shard_file(cache),
+    )
 
 
 @pytest.mark.parametrize("byte_len", [0, 7])
@@ -76,11 +85,13 @@ def test_index_shard_id_out_of_range(runtime, cache, validate, shard_id):
     rehash(cache)
     out = probe(runtime, cache, validate=validate)
     if validate:
-        assert_fault(out, "open", CacheFormatError, ValueError, f"index references missing shard {shard_id}",
-                     cache / "index.bin")
+        assert_fault(
+            out, "open", CacheFormatError, ValueError, f"index references missing shard {shard_id}", cache / "index.bin"
+        )
     else:
-        assert_fault(out, "iter", CacheFormatError, ValueError, f"index references missing shard {shard_id}",
-                     f"{cache} sample 4")
+        assert_fault(
+            out, "iter", CacheFormatError, ValueError, f"index references missing shard {shard_id}", f"{cache} sample 4"
+        )
 
 
 # -- record envelope -------------------------------------------------------------------------------------
@@ -124,8 +135,16 @@ def test_lz4_size_prefix_larger_than_uncompressed_byte_len(runtime, write_caches
     ulen = load_manifest(cache)["shards"][0]["uncompressed_byte_len"]
     replace_records(cache, {1: _lz4_with_prefix(cache, 1, ulen + 1)})
     out = probe(runtime, cache, validate=False)
-    assert_fault(out, "iter", CacheFormatError, ValueError, "failed to decompress lz4 payload",
-                 f"decoded size {ulen + 1} exceeds", "uncompressed_byte_len", f"{cache} sample 1")
+    assert_fault(
+        out,
+        "iter",
+        CacheFormatError,
+        ValueError,
+        "failed to decompress lz4 payload",
+        f"decoded size {ulen + 1} exceeds",
+        "uncompressed_byte_len",
+        f"{cache} sample 1",
+    )
 
 
 @pytest.mark.parametrize("declared", [2**31 - 1, 2**32 - 1, 0x7E000000 - 1], ids=hex)
@@ -143,14 +162,16 @@ def test_lz4_huge_size_prefix_allocates_nothing(runtime, write_caches, declared)
 @pytest.mark.parametrize("delta", [-1, +1, +100])
 def test_lz4_size_prefix_disagrees_with_block(runtime, write_caches, delta):
     cache = _lz4_cache(write_caches)
-    json_bytes, stored = split_record(read_record(cache, 4))
+    _json_bytes, stored = split_record(read_record(cache, 4))
     actual = len(lz4.block.decompress(stored))
     replace_records(cache, {4: _lz4_with_prefix(cache, 4, actual + delta)})
     out = probe(runtime, cache, validate=False)
     assert_fault(out, "iter", CacheFormatError, ValueError, "failed to decompress lz4 payload", f"{cache} sample 4")
 
 
-@pytest.mark.parametrize("stored", [b"", b"\x05\x00\x00", b"\x05\x00\x00\x00\xff\xff\xff"], ids=["empty", "short", "garbage"])
+@pytest.mark.parametrize(
+    "stored", [b"", b"\x05\x00\x00", b"\x05\x00\x00\x00\xff\xff\xff"], ids=["empty", "short", "garbage"]
+)
 def test_lz4_payload_malformed(runtime, write_caches, stored):
     cache = _lz4_cache(write_caches)
     json_bytes, _ = split_record(read_record(cache, 2))
@@ -204,7 +225,7 @@ def test_zstd_content_size_huge_allocates_nothing(runtime, write_caches):
     frame = zstandard.ZstdCompressor(write_content_size=True).compress(b"\0" * 70000)
     assert frame[4] >> 6 == 2  # 4-byte content size field after magic + descriptor (+ window byte)
     off = 5 if frame[4] & 0x20 else 6
-    frame = frame[:off] + (2**32 - 1).to_bytes(4, "little") + frame[off + 4:]
+    frame = frame[:off] + (2**32 - 1).to_bytes(4, "little") + frame[off + 4 :]
     replace_records(cache, {3: make_record(json_bytes, frame)})
     edit_manifest(cache, lambda d: d["shards"][0].__setitem__("uncompressed_byte_len", 2**62))
     out, peak = _peak_during(lambda: probe(runtime, cache, validate=False))
@@ -215,8 +236,14 @@ def test_zstd_content_size_huge_allocates_nothing(runtime, write_caches):
 # -- embedded JSON ---------------------------------------------------------------------------------------
 
 NOT_A_MAP = [b"[1]", b'"label"', b"1", b"1.5", b"null", b"true", b" [ ] "]
-BAD_UTF8 = [b'{"label":"\xff"}', b'{"label":"\xc0\xaf"}', b'{"label":"\xed\xa0\x80"}', b'{"label":"\xf4\x90\x80\x80"}',
-            b'{"label":"\xe2\x82"}', b'{"label":"x"}\xe2\x82']
+BAD_UTF8 = [
+    b'{"label":"\xff"}',
+    b'{"label":"\xc0\xaf"}',
+    b'{"label":"\xed\xa0\x80"}',
+    b'{"label":"\xf4\x90\x80\x80"}',
+    b'{"label":"\xe2\x82"}',
+    b'{"label":"x"}\xe2\x82',
+]
 BAD_JSON = [b"", b"{", b'{"label":', b'{"label":1}}', b"{'label':1}", b'{"a":' + b"[" * 100_000]
 
 
@@ -229,18 +256,29 @@ def _rewrite_json(cache, sample_id, json_bytes):
 def test_embedded_json_not_a_map(runtime, any_cache, validate, doc):
     _rewrite_json(any_cache, 1, doc)
     out = probe(runtime, any_cache, validate=validate)
-    assert_fault(out, "iter", RecordJSONError, RuntimeError, "JSON error: invalid type", "expected a map",
-                 f"{any_cache} sample 1")
+    assert_fault(
+        out,
+        "iter",
+        RecordJSONError,
+        RuntimeError,
+        "JSON error: invalid type",
+        "expected a map",
+        f"{any_cache} sample 1",
+    )
 
 
-@pytest.mark.parametrize("doc", BAD_UTF8, ids=["ff", "overlong", "surrogate", "above-10ffff", "cut-3byte", "cut-at-end"])
+@pytest.mark.parametrize(
+    "doc", BAD_UTF8, ids=["ff", "overlong", "surrogate", "above-10ffff", "cut-3byte", "cut-at-end"]
+)
 def test_embedded_json_invalid_utf8(runtime, any_cache, validate, doc):
     _rewrite_json(any_cache, 1, doc)
     out = probe(runtime, any_cache, validate=validate)
     assert_fault(out, "iter", RecordJSONError, RuntimeError, "JSON error", "UTF-8", f"{any_cache} sample 1")
 
 
-@pytest.mark.parametrize("doc", BAD_JSON, ids=["empty", "open-brace", "cut-value", "extra-brace", "single-quotes", "deep"])
+@pytest.mark.parametrize(
+    "doc", BAD_JSON, ids=["empty", "open-brace", "cut-value", "extra-brace", "single-quotes", "deep"]
+)
 def test_embedded_json_invalid(runtime, any_cache, validate, doc):
     _rewrite_json(any_cache, 1, doc)
     out = probe(runtime, any_cache, validate=validate)

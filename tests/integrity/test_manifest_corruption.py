@@ -21,7 +21,6 @@ from tests.integrity.corrupt import (
     write_manifest_text,
 )
 
-
 # -- manifest missing / unreadable ----------------------------------------------------------------
 
 
@@ -61,29 +60,49 @@ def test_manifest_truncated_json(opener, fresh_cache, validate, text, wording):
 def test_unsupported_format_version(opener, fresh_cache, validate, version):
     edit_manifest(fresh_cache, lambda d: d.__setitem__("format_version", version))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open", ManifestJSONError, RuntimeError,
-                 f"JSON error: unsupported format version {version}", manifest_path(fresh_cache))
+    assert_fault(
+        out,
+        "open",
+        ManifestJSONError,
+        RuntimeError,
+        f"JSON error: unsupported format version {version}",
+        manifest_path(fresh_cache),
+    )
 
 
 def test_v3_without_cache_id(opener, fresh_cache, validate):
     edit_manifest(fresh_cache, lambda d: d.pop("cache_id"))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open", ManifestJSONError, RuntimeError,
-                 "JSON error: missing field `cache_id`", manifest_path(fresh_cache))
+    assert_fault(
+        out, "open", ManifestJSONError, RuntimeError, "JSON error: missing field `cache_id`", manifest_path(fresh_cache)
+    )
 
 
 def test_negative_cache_id(opener, fresh_cache, validate):
     edit_manifest(fresh_cache, lambda d: d.__setitem__("cache_id", -1))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open", ManifestJSONError, RuntimeError,
-                 "invalid value: integer `-1`, expected u64", "`cache_id`", manifest_path(fresh_cache))
+    assert_fault(
+        out,
+        "open",
+        ManifestJSONError,
+        RuntimeError,
+        "invalid value: integer `-1`, expected u64",
+        "`cache_id`",
+        manifest_path(fresh_cache),
+    )
 
 
 def test_missing_source_name(opener, fresh_cache, validate):
     edit_manifest(fresh_cache, lambda d: d.pop("source_name"))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open", ManifestJSONError, RuntimeError,
-                 "JSON error: missing field `source_name`", manifest_path(fresh_cache))
+    assert_fault(
+        out,
+        "open",
+        ManifestJSONError,
+        RuntimeError,
+        "JSON error: missing field `source_name`",
+        manifest_path(fresh_cache),
+    )
 
 
 # -- edits dataset-rt accepts ---------------------------------------------------------------------
@@ -105,8 +124,11 @@ def _wrong_uncompressed_len(d):
     d["shards"][0]["uncompressed_byte_len"] += 1000
 
 
-@pytest.mark.parametrize("edit", [_extra_field, _rename_source, _none_ratio_2, _wrong_uncompressed_len],
-                         ids=["extra-field", "source-name", "none-ratio-2", "uncompressed-len"])
+@pytest.mark.parametrize(
+    "edit",
+    [_extra_field, _rename_source, _none_ratio_2, _wrong_uncompressed_len],
+    ids=["extra-field", "source-name", "none-ratio-2", "uncompressed-len"],
+)
 def test_accepted_manifest_edits(runtime, cache, validate, edit):
     before = probe(runtime, cache, validate=validate)
     edit_manifest(cache, edit)
@@ -123,16 +145,22 @@ def test_unknown_compression_algo(opener, fresh_cache, validate):
     extension, covered by every `any_cache` test), so an algorithm neither knows stands in."""
     edit_manifest(fresh_cache, lambda d: d["shards"][0]["compression"].__setitem__("algo", "brotli"))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open", ManifestJSONError, RuntimeError,
-                 "JSON error: unknown variant `brotli`", "shards[0]", manifest_path(fresh_cache))
+    assert_fault(
+        out,
+        "open",
+        ManifestJSONError,
+        RuntimeError,
+        "JSON error: unknown variant `brotli`",
+        "shards[0]",
+        manifest_path(fresh_cache),
+    )
 
 
 def test_manifest_says_lz4_but_data_is_raw(runtime, cache, validate):
     """Sample 0 has an empty payload: too short for the lz4 size prefix, as in dataset-rt."""
     edit_manifest(cache, lambda d: d["shards"][0]["compression"].__setitem__("algo", "lz4"))
     out = probe(runtime, cache, validate=validate)
-    assert_fault(out, "iter", CacheFormatError, ValueError,
-                 "failed to decompress lz4 payload", f"{cache} sample 0")
+    assert_fault(out, "iter", CacheFormatError, ValueError, "failed to decompress lz4 payload", f"{cache} sample 0")
 
 
 def test_manifest_says_lz4_but_data_is_raw_size_prefix(runtime, cache, validate):
@@ -168,15 +196,27 @@ def test_schema_kind_changed(opener, fresh_cache, validate):
     if validate:
         assert_fault(out, "open", CacheFormatError, ValueError, "metadata 'index' is not float", meta)
     else:
-        assert_fault(out, "metadata", CacheFormatError, ValueError,
-                     "metadata column 'index' does not match manifest schema", meta)
+        assert_fault(
+            out,
+            "metadata",
+            CacheFormatError,
+            ValueError,
+            "metadata column 'index' does not match manifest schema",
+            meta,
+        )
 
 
 def test_schema_column_dropped(opener, fresh_cache, validate):
     edit_manifest(fresh_cache, lambda d: d["metadata_schema"].pop())
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open" if validate else "metadata", CacheFormatError, ValueError,
-                 "metadata batch column count does not match manifest", fresh_cache / "metadata.arrow")
+    assert_fault(
+        out,
+        "open" if validate else "metadata",
+        CacheFormatError,
+        ValueError,
+        "metadata batch column count does not match manifest",
+        fresh_cache / "metadata.arrow",
+    )
 
 
 def test_schema_column_renamed(opener, fresh_cache, validate):
@@ -184,5 +224,11 @@ def test_schema_column_renamed(opener, fresh_cache, validate):
     metadata.arrow at open, so it surfaces there (dataset-rt: at get_metadata)."""
     edit_manifest(fresh_cache, lambda d: d["metadata_schema"][0].__setitem__("name", "idx"))
     out = probe(opener, fresh_cache, validate=validate)
-    assert_fault(out, "open" if validate else "metadata", CacheFormatError, ValueError,
-                 "metadata column 'idx' does not match manifest schema", fresh_cache / "metadata.arrow")
+    assert_fault(
+        out,
+        "open" if validate else "metadata",
+        CacheFormatError,
+        ValueError,
+        "metadata column 'idx' does not match manifest schema",
+        fresh_cache / "metadata.arrow",
+    )

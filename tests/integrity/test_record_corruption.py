@@ -34,8 +34,9 @@ from tests.integrity.corrupt import (
 
 
 def _dataset(runtime, cache, validate=False, **kw):
-    return runtime.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False,
-                                                                          validate_cache=validate, **kw))
+    return runtime.cached_dataset(
+        [cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=validate, **kw)
+    )
 
 
 def _cache_id(cache):
@@ -50,8 +51,15 @@ def test_flipped_payload_byte_detected_on_read(runtime, any_cache):
     sidecar check fails the read of exactly that record, for none, lz4 and zstd caches."""
     flip_byte(shard_file(any_cache), payload_offset(any_cache, 1))
     out = probe(runtime, any_cache, validate=False)
-    assert_fault(out, "iter", IntegrityError, ValueError,
-                 "record checksum mismatch for", f"{any_cache} sample 1", shard_file(any_cache))
+    assert_fault(
+        out,
+        "iter",
+        IntegrityError,
+        ValueError,
+        "record checksum mismatch for",
+        f"{any_cache} sample 1",
+        shard_file(any_cache),
+    )
     ds = _dataset(runtime, any_cache)
     assert ds.get_item(_cache_id(any_cache), 0).sample_id == 0  # undamaged records still read
     with pytest.raises(IntegrityError, match="record checksum mismatch for .* sample 1"):
@@ -85,12 +93,20 @@ def test_verify_records_false_skips_the_record_check(runtime, cache):
     assert out.samples[1].data[0] == payload[0] ^ 0xFF
 
 
-@pytest.mark.parametrize("damage, cls, builtin, wording", [
-    (lambda c: set_index_row(c, 1, byte_len=2**64 - 1), CacheIOError, RuntimeError, "failed to fill whole buffer"),
-    (lambda c: set_index_row(c, 1, shard_id=7), CacheFormatError, ValueError, "index references missing shard 7"),
-    (lambda c: replace_records(c, {1: make_record(b"{}", b"x", json_len=2**40)}, rehash_all=False),
-     CacheFormatError, ValueError, "invalid binary record"),
-], ids=["index-len-minus-1", "index-shard-id", "json-len-huge"])
+@pytest.mark.parametrize(
+    "damage, cls, builtin, wording",
+    [
+        (lambda c: set_index_row(c, 1, byte_len=2**64 - 1), CacheIOError, RuntimeError, "failed to fill whole buffer"),
+        (lambda c: set_index_row(c, 1, shard_id=7), CacheFormatError, ValueError, "index references missing shard 7"),
+        (
+            lambda c: replace_records(c, {1: make_record(b"{}", b"x", json_len=2**40)}, rehash_all=False),
+            CacheFormatError,
+            ValueError,
+            "invalid binary record",
+        ),
+    ],
+    ids=["index-len-minus-1", "index-shard-id", "json-len-huge"],
+)
 def test_verify_records_false_keeps_structural_checks(request, runtime, cache, damage, cls, builtin, wording):
     """Turning the checksum off never turns the bounds checks off."""
     damage(cache)
@@ -141,7 +157,9 @@ def test_sidecar_wrong_length(runtime, cache, validate):
     with open(cache / "checksums.xxh3", "ab") as f:
         f.write(b"\0" * 8)
     out = probe(runtime, cache, validate=validate)
-    assert_fault(out, "open", CacheFormatError, ValueError, "checksum sidecar length mismatch", cache / "checksums.xxh3")
+    assert_fault(
+        out, "open", CacheFormatError, ValueError, "checksum sidecar length mismatch", cache / "checksums.xxh3"
+    )
 
 
 # -- embedded JSON -----------------------------------------------------------------------------------
@@ -174,8 +192,14 @@ def test_embedded_json_changed_and_rehashed(runtime, any_cache, validate):
         assert out.stage is None, repr(out.error)
         assert out.samples[0].metadata["label"] == new_label
         return
-    assert_fault(out, "iter", CacheFormatError, ValueError,
-                 "embedded metadata does not match metadata.arrow for sample 0", any_cache)
+    assert_fault(
+        out,
+        "iter",
+        CacheFormatError,
+        ValueError,
+        "embedded metadata does not match metadata.arrow for sample 0",
+        any_cache,
+    )
     ds = _dataset(runtime, any_cache, validate=True)
     with pytest.raises(CacheFormatError, match="embedded metadata does not match metadata.arrow for sample 0"):
         ds.get_item(_cache_id(any_cache), 0)
@@ -195,8 +219,15 @@ def test_embedded_json_not_a_map(runtime, cache, validate, residecar):
     elif not residecar:
         assert_fault(out, "iter", IntegrityError, ValueError, "record checksum mismatch for", f"{cache} sample 0")
     else:
-        assert_fault(out, "iter", RecordJSONError, RuntimeError,
-                     "JSON error: invalid type", "expected a map", f"{cache} sample 0")
+        assert_fault(
+            out,
+            "iter",
+            RecordJSONError,
+            RuntimeError,
+            "JSON error: invalid type",
+            "expected a map",
+            f"{cache} sample 0",
+        )
 
 
 @pytest.mark.parametrize("residecar", [False, True], ids=["sidecar-catches", "sidecar-regenerated"])

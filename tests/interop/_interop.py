@@ -26,13 +26,42 @@ LIBS = {"rt": rt, "drt": drt}
 
 # serde_json/ryu formatting edge cases (reference §4): decimal for 1e-5 <= |x| < 1e16, else exponent.
 TRICKY_FLOATS = [
-    1e-5, 9.9e-6, 1e-7, 0.000025, 1e15, 1e16, 1.2345678901234568e17, 5e-324, -0.0, 0.0, 0.1, 1.0,
-    -1.5, 9999999999999998.0, 1.5e-5, 0.0001, 123456.789, -2.5e-300, 1.7976931348623157e308,
-    2.2250738585072014e-308, 1e100, -1e-10, 3.141592653589793,
+    1e-5,
+    9.9e-6,
+    1e-7,
+    0.000025,
+    1e15,
+    1e16,
+    1.2345678901234568e17,
+    5e-324,
+    -0.0,
+    0.0,
+    0.1,
+    1.0,
+    -1.5,
+    9999999999999998.0,
+    1.5e-5,
+    0.0001,
+    123456.789,
+    -2.5e-300,
+    1.7976931348623157e308,
+    2.2250738585072014e-308,
+    1e100,
+    -1e-10,
+    3.141592653589793,
 ]
 TRICKY_STRINGS = [
-    "", "plain", "ünïcødé é", "emoji 😀 and 𝄞", "quote \" back \\ slash", "ctl \n\t\r\b\f",
-    "low \x00\x01\x1f high \x7f", "/<>&'", "line\u2028para\u2029", "日本語テキスト", " lead and trail ",
+    "",
+    "plain",
+    "ünïcødé é",
+    "emoji 😀 and 𝄞",
+    'quote " back \\ slash',
+    "ctl \n\t\r\b\f",
+    "low \x00\x01\x1f high \x7f",
+    "/<>&'",
+    "line\u2028para\u2029",
+    "日本語テキスト",
+    " lead and trail ",
 ]
 TRICKY_INTS = [0, -1, 1, -(2**63), 2**63 - 1, 42, -123456789, 2**53 + 1, -(2**31)]
 PAYLOAD_SIZES = [0, 1, 17, 300, 0, 2048, 4096, 5000, 3]
@@ -61,7 +90,10 @@ def tricky_items(n: int, tag: str) -> list[tuple[bytes, dict]]:
 def plain_items(n: int, tag: str) -> list[tuple[bytes, dict]]:
     """n small samples with simple metadata (for ordering tests)."""
     return [
-        (f"{tag}/{i}".encode() * (i % 4), {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25})
+        (
+            f"{tag}/{i}".encode() * (i % 4),
+            {"index": i, "kept": i % 3 != 0, "label": f"{tag}-{i % 5}", "score": i * 0.25},
+        )
         for i in range(n)
     ]
 
@@ -106,9 +138,7 @@ def float_bits(value: float) -> int:
 def sample_key(sample: Any) -> tuple:
     data, metadata, cache_id, sample_id = sample
     assert type(data) is bytes, type(data)
-    meta = tuple(
-        (k, type(v).__name__, float_bits(v) if type(v) is float else v) for k, v in metadata.items()
-    )
+    meta = tuple((k, type(v).__name__, float_bits(v) if type(v) is float else v) for k, v in metadata.items())
     return (data, meta, cache_id, sample_id)
 
 
@@ -130,14 +160,16 @@ def assert_frames_identical(a: pl.DataFrame, b: pl.DataFrame) -> None:
     assert_frame_equal(a, b)
     for name, dtype in a.schema.items():
         if dtype in (pl.Float64, pl.Float32):
-            assert np.array_equal(a[name].to_numpy().view(np.uint64 if dtype == pl.Float64 else np.uint32),
-                                  b[name].to_numpy().view(np.uint64 if dtype == pl.Float64 else np.uint32)), name
+            assert np.array_equal(
+                a[name].to_numpy().view(np.uint64 if dtype == pl.Float64 else np.uint32),
+                b[name].to_numpy().view(np.uint64 if dtype == pl.Float64 else np.uint32),
+            ), name
 
 
 def expected_keys(spec: dict[str, list], cache_ids: list[int]) -> list[tuple]:
     """The physical-order sample keys the source items must read back as."""
     out = []
-    for (name, items), cid in zip(spec.items(), cache_ids):
+    for (_name, items), cid in zip(spec.items(), cache_ids):
         for sid, (data, meta) in enumerate(items):
             out.append(sample_key((bytes(data), dict(sorted(meta.items())), cid, sid)))
     return out

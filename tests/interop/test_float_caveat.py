@@ -19,7 +19,9 @@ def test_dataset_rt_validate_cache_rejects_some_floats_from_either_writer(runtim
     lib = LIBS[writer]
     [written] = runtimes[writer].write_cache([Source(lib, "floats", ITEMS)], tmp_path, writer_config=writer_config(lib))
     rt = LIBS["rt"]
-    strict = runtimes["rt"].cached_dataset([written.path], reader_config=rt.ReaderConfig(seed=0, shuffle=False, validate_cache=True))
+    strict = runtimes["rt"].cached_dataset(
+        [written.path], reader_config=rt.ReaderConfig(seed=0, shuffle=False, validate_cache=True)
+    )
     with pytest.raises(ValueError, match="^embedded metadata does not match metadata.arrow for sample 14$"):
         list(strict)
     plain = runtimes["rt"].cached_dataset([written.path], reader_config=rt.ReaderConfig(seed=0, shuffle=False))
@@ -27,5 +29,7 @@ def test_dataset_rt_validate_cache_rejects_some_floats_from_either_writer(runtim
     assert got[14] == 1.4 != ITEMS[14][1]["q"] == 1.4000000000000001  # parsed one ulp off
     assert got[:14] == [md["q"] for _, md in ITEMS[:14]]
     drt = LIBS["drt"]
-    ours = runtimes["drt"].cached_dataset([written.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=True))
+    ours = runtimes["drt"].cached_dataset(
+        [written.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=True)
+    )
     assert [s.metadata["q"] for s in ours] == [md["q"] for _, md in ITEMS]

@@ -42,16 +42,36 @@ def _fuzz_floats(n: int) -> list[float]:
     for exp in range(-8, 19):
         for mant in (1.0, 9.9, 2.5, 1.2345678901234567, 9.999999999999998):
             values += [mant * 10.0**exp, -mant * 10.0**exp]
-    values += [math.nextafter(1e-5, 0), math.nextafter(1e-5, 1), math.nextafter(1e16, 0), 1e16, 5e-324, -5e-324,
-               2.2250738585072014e-308, 1.7976931348623157e308, 0.1 + 0.2, 1 / 3, 2.0**53, 2.0**63, 2.0**64]
+    values += [
+        math.nextafter(1e-5, 0),
+        math.nextafter(1e-5, 1),
+        math.nextafter(1e16, 0),
+        1e16,
+        5e-324,
+        -5e-324,
+        2.2250738585072014e-308,
+        1.7976931348623157e308,
+        0.1 + 0.2,
+        1 / 3,
+        2.0**53,
+        2.0**63,
+        2.0**64,
+    ]
     return values
 
 
 def _fuzz_strings(n: int) -> list[str]:
     """Strings over control chars, DEL/C1, Latin-1, BMP (no surrogates), astral planes."""
     rng = np.random.default_rng(7)
-    pools = [range(0, 0x30), range(0x7F, 0x100), range(0x2000, 0x2100), range(0xE000, 0xE100),
-             range(0xFFF0, 0x10000), range(0x1F600, 0x1F650), range(0x10FFF0, 0x110000)]
+    pools = [
+        range(0x30),
+        range(0x7F, 0x100),
+        range(0x2000, 0x2100),
+        range(0xE000, 0xE100),
+        range(0xFFF0, 0x10000),
+        range(0x1F600, 0x1F650),
+        range(0x10FFF0, 0x110000),
+    ]
     out = []
     for i in range(n):
         pool = pools[i % len(pools)]
@@ -63,13 +83,13 @@ def _fuzz_items(n: int) -> list[tuple[bytes, dict]]:
     floats, strings = _fuzz_floats(n), _fuzz_strings(n)
     ints = np.random.default_rng(3).integers(-(2**63), 2**63 - 1, size=len(floats), endpoint=True).tolist()
     return [
-        (b"", {"f": f, "s": strings[i % len(strings)], "i": ints[i], "b": bool(i % 2), "a\u00e9\"k": -i})
+        (b"", {"f": f, "s": strings[i % len(strings)], "i": ints[i], "b": bool(i % 2), 'a\u00e9"k': -i})
         for i, f in enumerate(floats)
     ]
 
 
 SPECS = {
-    "tricky": {"tricky": tricky_items(45, "tricky"), "ünï-😀 \"q\"": tricky_items(8, "other")},
+    "tricky": {"tricky": tricky_items(45, "tricky"), 'ünï-😀 "q"': tricky_items(8, "other")},
     "fuzz": {"fuzz": _fuzz_items(400)},
 }
 
@@ -82,12 +102,12 @@ def _records(cache: Path) -> list[bytes]:
     index = np.frombuffer((cache / "index.bin").read_bytes(), dtype="<u8").reshape(-1, 3)
     manifest = read_manifest(cache)
     shards = [(cache / "shards" / s["name"]).read_bytes() for s in manifest["shards"]]
-    return [shards[int(s)][int(o):int(o) + int(n)] for s, o, n in index]
+    return [shards[int(s)][int(o) : int(o) + int(n)] for s, o, n in index]
 
 
 def _split(record: bytes) -> tuple[bytes, bytes]:
     (json_len,) = struct.unpack_from("<Q", record)
-    return record[8:8 + json_len], record[8 + json_len:]
+    return record[8 : 8 + json_len], record[8 + json_len :]
 
 
 def _first_difference(a: Path, b: Path) -> str:

@@ -23,7 +23,9 @@ def _call(runtimes, label, names, base, *, poisoned=(), seed=0, shuffle=True, it
     lib = LIBS[label]
     sources = [Source(lib, n, items[n], poisoned=n in poisoned) for n in names]
     result = runtimes[label].from_cache_sources(
-        sources, base, reader_config=lib.ReaderConfig(seed=seed, shuffle=shuffle),
+        sources,
+        base,
+        reader_config=lib.ReaderConfig(seed=seed, shuffle=shuffle),
         writer_config=writer_config(lib, algo),
     )
     return result, sources
@@ -55,8 +57,9 @@ def test_same_streams_from_both_libraries(runtimes, tmp_path, algo):
     for shuffle in (False, True):
         got = {}
         for label in LIBS:
-            result, _ = _call(runtimes, label, ["d", "b", "a"], tmp_path / label, seed=17, shuffle=shuffle,
-                              items=items, algo=algo)
+            result, _ = _call(
+                runtimes, label, ["d", "b", "a"], tmp_path / label, seed=17, shuffle=shuffle, items=items, algo=algo
+            )
             assert _summary(result.results) == [("CacheWriteSuccess", n, tmp_path / label / n) for n in "dba"]
             got[label] = take(result.dataset, iterators=2)
         assert got["drt"] == got["rt"]
@@ -80,9 +83,10 @@ def test_failed_source_is_a_value_in_its_position(runtimes, tmp_path):
     for label in LIBS:
         result, _ = _call(runtimes, label, ["a", "empty", "d"], tmp_path / label, items=items, shuffle=False)
         assert type(result).__name__ == "CacheSourcesDatasetSuccess"
-        summary = [(kind, name, str(p).replace(str(tmp_path / label), "")) for kind, name, p in _summary(result.results)]
-        got[label] = (summary,
-                      take(result.dataset))
+        summary = [
+            (kind, name, str(p).replace(str(tmp_path / label), "")) for kind, name, p in _summary(result.results)
+        ]
+        got[label] = (summary, take(result.dataset))
     assert got["drt"] == got["rt"]
     assert got["rt"][0][1] == ("CacheWriteError", "empty", "cache source yielded no samples")
 

@@ -162,7 +162,8 @@ def test_v2_identity_edge_cases_match(runtimes, caches):
         got = {label: take(ds) for label, ds in _pair(runtimes, paths, shuffle=True, seed=6).items()}
         assert got["drt"] == got["rt"]
         assert {cid for cid, _ in identities(got["rt"])} == {k for k, p in enumerate(paths) if p == old} | (
-            {caches["new_id"]} if new in paths else set())
+            {caches["new_id"]} if new in paths else set()
+        )
     v3_id1 = dict(read_manifest(new), cache_id=1)
     (new / "manifest.json").write_text(json.dumps(v3_id1, indent=2))
     for label, lib in LIBS.items():
@@ -182,7 +183,10 @@ def test_duplicate_migration_target_is_refused(runtimes, caches):
     assert isinstance(results["rt"], LIBS["rt"].Err)
     error = results["rt"].error
     assert (error.path, error.message, tuple(error.entries)) == (
-        old / "manifest.json", "duplicate migration target or cache_id", ())
+        old / "manifest.json",
+        "duplicate migration target or cache_id",
+        (),
+    )
     assert isinstance(results["drt"], LIBS["drt"].Err)
     got = results["drt"].error
     assert (got.path, got.message, tuple(got.entries)) == (error.path, error.message, ())

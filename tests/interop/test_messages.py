@@ -18,24 +18,37 @@ pytestmark = pytest.mark.interop
 
 def _write_message(runtimes, tmp_path, label: str, items: list) -> str:
     lib = LIBS[label]
-    [result] = runtimes[label].write_cache([Source(lib, "bad", items)], tmp_path / label,
-                                           writer_config=writer_config(lib, "none"))
+    [result] = runtimes[label].write_cache(
+        [Source(lib, "bad", items)], tmp_path / label, writer_config=writer_config(lib, "none")
+    )
     assert type(result).__name__ == "CacheWriteError", result
     return result.message
 
 
 # (id, items, what datasetrt adds after dataset-rt's message)
 WRITE_CASES = [
-    ("empty-metadata", [(b"x", {})],
-     ": sample 0: the metadata is an empty dict {}; a source's samples need at least one metadata column"),
-    ("unencodable-str", [(b"x", {"label": "ok", "n": 1}), (b"y", {"label": "\udcff", "n": 2})],
-     ": sample 1, column 'label': the value '\\udcff' is a str that UTF-8 cannot encode "
-     "(surrogates not allowed: '\\udcff' at index 0)"),
-    ("unencodable-inside-str", [(b"x", {"label": "caf\udce9 au lait"})],
-     ": sample 0, column 'label': the value 'caf\\udce9 au lait' is a str that UTF-8 cannot encode "
-     "(surrogates not allowed: '\\udce9' at index 3)"),
-    ("none-value", [(b"x", {"a": 1}), (b"y", {"a": 2}), (b"z", {"a": None})],
-     ": sample 2, column 'a': got NoneType None"),
+    (
+        "empty-metadata",
+        [(b"x", {})],
+        ": sample 0: the metadata is an empty dict {}; a source's samples need at least one metadata column",
+    ),
+    (
+        "unencodable-str",
+        [(b"x", {"label": "ok", "n": 1}), (b"y", {"label": "\udcff", "n": 2})],
+        ": sample 1, column 'label': the value '\\udcff' is a str that UTF-8 cannot encode "
+        "(surrogates not allowed: '\\udcff' at index 0)",
+    ),
+    (
+        "unencodable-inside-str",
+        [(b"x", {"label": "caf\udce9 au lait"})],
+        ": sample 0, column 'label': the value 'caf\\udce9 au lait' is a str that UTF-8 cannot encode "
+        "(surrogates not allowed: '\\udce9' at index 3)",
+    ),
+    (
+        "none-value",
+        [(b"x", {"a": 1}), (b"y", {"a": 2}), (b"z", {"a": None})],
+        ": sample 2, column 'a': got NoneType None",
+    ),
     ("kind-change", [(b"x", {"a": 1}), (b"y", {"a": 1.5})], ": sample 1: value 1.5"),
 ]
 
@@ -52,7 +65,9 @@ def test_update_metadata_weight_message_names_row_identity_and_value(runtimes, t
     messages = {}
     for label, lib in LIBS.items():
         rt = runtimes[label]
-        [result] = rt.write_cache([Source(lib, "eight", items)], tmp_path / label, writer_config=writer_config(lib, "none"))
+        [result] = rt.write_cache(
+            [Source(lib, "eight", items)], tmp_path / label, writer_config=writer_config(lib, "none")
+        )
         ds = rt.cached_dataset([result.path], reader_config=lib.ReaderConfig(seed=0))
         md = ds.get_metadata()
         with pytest.raises(ValueError) as info:
@@ -66,8 +81,11 @@ def test_update_metadata_weight_message_names_row_identity_and_value(runtimes, t
 
 @pytest.fixture(scope="module")
 def one_cache(tmp_path_factory, runtimes):
-    [result] = runtimes["rt"].write_cache([Source(LIBS["rt"], "framed", [(b"x", {"i": 1}), (b"y", {"i": 2})])],
-                                          tmp_path_factory.mktemp("framing"), writer_config=writer_config(LIBS["rt"]))
+    [result] = runtimes["rt"].write_cache(
+        [Source(LIBS["rt"], "framed", [(b"x", {"i": 1}), (b"y", {"i": 2})])],
+        tmp_path_factory.mktemp("framing"),
+        writer_config=writer_config(LIBS["rt"]),
+    )
     return result.path
 
 

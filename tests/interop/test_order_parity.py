@@ -118,7 +118,9 @@ def test_update_resets_cursors_and_epoch_len(runtimes, paths, shuffle):
         first = take(ds, iterators=2)
         ds.update_metadata(TRANSFORMS["duplicated"](ds.get_metadata()))
         after = (len(ds), take(ds, iterators=2))
-        ds.update_metadata(TRANSFORMS["filtered"](ds.get_metadata().unique(["cache_id", "sample_id"], maintain_order=True)))
+        ds.update_metadata(
+            TRANSFORMS["filtered"](ds.get_metadata().unique(["cache_id", "sample_id"], maintain_order=True))
+        )
         return [first, after, len(ds), take(ds, iterators=2)]
 
     _run(runtimes, paths, script, shuffle=shuffle, seed=4)

@@ -14,7 +14,10 @@ pytestmark = pytest.mark.interop
 drt = LIBS["drt"]
 SPECS = {
     "dense": (drt.PayloadSpec("int32", (4, 2)), [np.arange(8, dtype=np.int32).reshape(4, 2) * i for i in range(12)]),
-    "ragged": (drt.PayloadSpec("float32", (None, 3)), [np.full((i % 5, 3), i / 4, dtype=np.float32) for i in range(12)]),
+    "ragged": (
+        drt.PayloadSpec("float32", (None, 3)),
+        [np.full((i % 5, 3), i / 4, dtype=np.float32) for i in range(12)],
+    ),
 }
 
 
@@ -23,8 +26,9 @@ SPECS = {
 def test_typed_cache_reads_as_bytes_in_dataset_rt(runtimes, tmp_path, kind, algo):
     spec, arrays = SPECS[kind]
     items = [(a, {"i": i, "label": f"l{i % 3}"}) for i, a in enumerate(arrays)]
-    (result,) = runtimes["drt"].write_cache([Source(drt, kind, items)], tmp_path,
-                                            writer_config=writer_config(drt, algo, payload_spec=spec))
+    (result,) = runtimes["drt"].write_cache(
+        [Source(drt, kind, items)], tmp_path, writer_config=writer_config(drt, algo, payload_spec=spec)
+    )
     assert type(result).__name__ == "CacheWriteSuccess", result
     assert read_manifest(result.path)["datasetrt"]["payload_spec"] == spec.manifest_form()
     rt_ds = open_ds(runtimes["rt"], LIBS["rt"], [result.path], shuffle=False, validate_cache=True)

@@ -36,7 +36,9 @@ class Built:
         return self.tools[version] / "python"
 
 
-def run(cmd: list, *, cwd: Path | None = None, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def run(
+    cmd: list, *, cwd: Path | None = None, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run a command, capturing text output; on failure (with check) the assertion shows both streams."""
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, text=True, capture_output=True)
     if check:
@@ -87,8 +89,11 @@ def installed_venv(built, tmp_path_factory):
         run([built.python(version), "-m", "venv", venv])
         env = bare_env(venv)
         assert all(shutil.which(c, path=env["PATH"]) is None for c in COMPILERS), env["PATH"]
-        run([venv / "bin/python", "-m", "pip", "install", "-q", "--only-binary=:all:", built.wheels[version]],
-            env=env, cwd=venv.parent)
+        run(
+            [venv / "bin/python", "-m", "pip", "install", "-q", "--only-binary=:all:", built.wheels[version]],
+            env=env,
+            cwd=venv.parent,
+        )
         return venv, env
 
     def get(version: str) -> tuple[Path, dict]:

@@ -47,8 +47,9 @@ WITHOUT_TORCH = textwrap.dedent("""
 
 
 def test_without_torch_the_core_works_and_torch_features_name_the_extra(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, str(tmp_path)], cwd=ROOT, text=True,
-                          capture_output=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, str(tmp_path)], cwd=ROOT, text=True, capture_output=True, check=True
+    )
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["read"] == 20 and out["ok"]
     hint = "pip install 'datasetrt[torch]'"

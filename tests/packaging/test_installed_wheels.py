@@ -30,8 +30,22 @@ def test_installed_wheel_writes_reads_with_workers_and_verifies(installed_venv, 
 def test_console_command_prints_version_and_runs_the_demo(installed_venv, py, tmp_path):
     venv, env = installed_venv(py)
     assert run([venv / "bin/datasetrt", "--version"], cwd=tmp_path, env=env).stdout == f"datasetrt {version()}\n"
-    demo = run([venv / "bin/datasetrt", "demo", "--caches", "2", "--samples", "1500", "--payload-bytes", "1024",
-                "--workdir", tmp_path / "demo"], cwd=tmp_path, env=env).stdout
+    demo = run(
+        [
+            venv / "bin/datasetrt",
+            "demo",
+            "--caches",
+            "2",
+            "--samples",
+            "1500",
+            "--payload-bytes",
+            "1024",
+            "--workdir",
+            tmp_path / "demo",
+        ],
+        cwd=tmp_path,
+        env=env,
+    ).stdout
     lines = demo.splitlines()
     assert lines[0].startswith("wrote 2 caches, 3,000 samples"), demo
     assert any(line.startswith("metadata: 3,000 rows -> ") for line in lines), demo
@@ -44,7 +58,10 @@ def test_console_command_prints_version_and_runs_the_demo(installed_venv, py, tm
 
 def test_python_m_demo_runs_from_the_installed_package(installed_venv, tmp_path):
     venv, env = installed_venv(VERSIONS[-1])
-    out = run([venv / "bin/python", "-m", "datasetrt.cli.demo", "--caches", "1", "--samples", "400", "--workers", "1"],
-              cwd=tmp_path, env=env).stdout
+    out = run(
+        [venv / "bin/python", "-m", "datasetrt.cli.demo", "--caches", "1", "--samples", "400", "--workers", "1"],
+        cwd=tmp_path,
+        env=env,
+    ).stdout
     assert out.startswith("wrote 1 caches, 400 samples"), out
     assert "process-tree PSS (parent + 1 reader workers)" in out, out

@@ -79,8 +79,12 @@ def eager(uses: set[Use]) -> set[str]:
 
 def test_dependencies_are_exactly_what_the_package_imports():
     imports = third_party_imports()
-    assert names(DEPENDENCIES) <= set(imports), "declared but never imported: " + str(names(DEPENDENCIES) - set(imports))
-    undeclared = {dist: eager(uses) for dist, uses in imports.items() if eager(uses) and dist not in names(DEPENDENCIES)}
+    assert names(DEPENDENCIES) <= set(imports), "declared but never imported: " + str(
+        names(DEPENDENCIES) - set(imports)
+    )
+    undeclared = {
+        dist: eager(uses) for dist, uses in imports.items() if eager(uses) and dist not in names(DEPENDENCIES)
+    }
     assert not undeclared, f"imported when datasetrt loads, yet not a dependency: {undeclared}"
 
 
@@ -102,7 +106,6 @@ def test_dev_extra_pins_torch_and_leaves_the_numpy_pinning_peers_out():
     assert not names(EXTRAS["dev"]) & {"datasetrt", "mosaicml-streaming", "litdata"}
 
 
-
 def test_dev_extra_caps_huggingface_hub_where_the_bench_extras_streaming_imports():
     """mosaicml-streaming 0.13 (bench) needs transformers<5, whose import refuses huggingface-hub>=1.0;
     uncapped, dev's datasets resolves to >=5.1, which needs huggingface-hub>=1.31, and Streaming's
@@ -112,6 +115,7 @@ def test_dev_extra_caps_huggingface_hub_where_the_bench_extras_streaming_imports
     hub = [Requirement(r) for r in EXTRAS["dev"] if names([r]) == {"huggingface-hub"}]
     assert len(hub) == 1, EXTRAS["dev"]
     assert not hub[0].specifier.contains("1.0") and hub[0].specifier.contains("0.36.2"), hub[0]
+
 
 def test_version_is_written_once_and_has_a_changelog_entry():
     assert PYPROJECT["project"]["dynamic"] == ["version"]

@@ -36,14 +36,24 @@ def unpacked(built, tmp_path) -> Path:
 
 def no_build_products(src: Path) -> None:
     assert not list(src.glob("_ext/*.c")), "Cython ran before the header check"
-    assert not [p for p in src.rglob("*.o")] and not [p for p in src.rglob("*.so")], "the compiler ran"
+    assert not list(src.rglob("*.o")) and not list(src.rglob("*.so")), "the compiler ran"
 
 
 def test_sdist_carries_sources_and_no_build_products(built):
     with tarfile.open(built.sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for needed in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "CHANGELOG.md", "_ext/clibs.pxd",
-                   "_ext/gather.pyx", "datasetrt/__init__.py", "datasetrt/cli/demo.py", "datasetrt/_native/__init__.py"):
+    for needed in (
+        "setup.py",
+        "pyproject.toml",
+        "MANIFEST.in",
+        "README.md",
+        "CHANGELOG.md",
+        "_ext/clibs.pxd",
+        "_ext/gather.pyx",
+        "datasetrt/__init__.py",
+        "datasetrt/cli/demo.py",
+        "datasetrt/_native/__init__.py",
+    ):
         assert needed in names, needed
     assert not [n for n in names if n.endswith((".c", ".so", ".pyc"))]
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "scripts/", "docs/"))]
@@ -64,8 +74,21 @@ def test_pip_install_of_the_sdist_without_headers_shows_the_line(built, tmp_path
     empty = tmp_path / "empty-include"
     empty.mkdir()
     env = {**os.environ, "DATASETRT_INCLUDE_DIRS": str(empty)}
-    proc = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", tmp_path / "out",
-                built.sdist], env=env, check=False)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            tmp_path / "out",
+            built.sdist,
+        ],
+        env=env,
+        check=False,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert MISSING_LINE.format(dirs=empty) in output, output

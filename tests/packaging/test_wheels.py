@@ -34,7 +34,9 @@ def extract_extensions(wheel: Path, into: Path) -> list[Path]:
 @pytest.mark.parametrize("py", VERSIONS)
 def test_wheel_is_tagged_for_its_cpython_and_a_manylinux_policy(built, py):
     name = built.wheels[py].name
-    assert re.fullmatch(rf"datasetrt-{re.escape(version())}-{TAG[py]}-{TAG[py]}-manylinux_2_\d+_x86_64\.whl", name), name
+    assert re.fullmatch(rf"datasetrt-{re.escape(version())}-{TAG[py]}-{TAG[py]}-manylinux_2_\d+_x86_64\.whl", name), (
+        name
+    )
 
 
 @pytest.mark.parametrize("py", VERSIONS)

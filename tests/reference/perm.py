@@ -111,8 +111,14 @@ class Orders:
         return self._cache[(s, epoch)][k]
 
 
-def curriculum(orders: Orders, rows: list[list[int]], stages: list[dict], batch: int, total: int,
-               advances: dict[int, int] | None = None) -> list[tuple[int, int, int]]:
+def curriculum(
+    orders: Orders,
+    rows: list[list[int]],
+    stages: list[dict],
+    batch: int,
+    total: int,
+    advances: dict[int, int] | None = None,
+) -> list[tuple[int, int, int]]:
     """Sequential simulation: (population row, stream, stage) of the first `total` plan positions.
 
     `stages`: dicts with "weights" (ints over the streams), "samples" (int or None) and "stop"

@@ -29,7 +29,9 @@ WORKER_TIMEOUT_S = 30.0  # parallel reads: a lost worker surfaces as WorkerTimeo
 def write_template(base: Path, name: str, n: int, algo: str = "none", **kw) -> Path:
     """Write one cache (in-process writer) and return its path."""
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [result] = rt.write_cache(ListSource(name, sample_items(n, tag=name)), base, writer_config=writer_config(algo, **kw))
+        [result] = rt.write_cache(
+            ListSource(name, sample_items(n, tag=name)), base, writer_config=writer_config(algo, **kw)
+        )
     assert isinstance(result, drt.CacheWriteSuccess), result
     return Path(result.path)
 
@@ -49,8 +51,9 @@ class Probe:
     table: object = None
 
 
-def probe(path: Path, *, validate: bool, runtime=None, threaded: bool = True,
-          deadline_s: float = PROBE_DEADLINE_S) -> Probe:
+def probe(
+    path: Path, *, validate: bool, runtime=None, threaded: bool = True, deadline_s: float = PROBE_DEADLINE_S
+) -> Probe:
     """Open `path`, get_metadata(), read every sample in order. Catches everything, so the caller
     can check that only datasetrt errors escape. `threaded`: on a helper thread with a deadline (a
     hang fails loudly instead of blocking the suite); parallel reads pass False and rely on
@@ -69,7 +72,7 @@ def probe(path: Path, *, validate: bool, runtime=None, threaded: bool = True,
             finally:
                 ds.close()
             box["probe"] = Probe(None, samples=samples, table=table)
-        except BaseException as exc:  # noqa: BLE001 - the outcome is what is being tested
+        except BaseException as exc:
             box["probe"] = Probe(stage, error=exc)
 
     if not threaded:
@@ -106,7 +109,8 @@ def trackers() -> set[int]:
     for proc in psutil.Process().children(recursive=True):
         try:
             if proc.status() != psutil.STATUS_ZOMBIE and any(
-                    k in " ".join(proc.cmdline()) for k in ("resource_tracker", "forkserver")):
+                k in " ".join(proc.cmdline()) for k in ("resource_tracker", "forkserver")
+            ):
                 out.add(proc.pid)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue

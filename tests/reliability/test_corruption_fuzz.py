@@ -38,7 +38,25 @@ N_SAMPLES = 6
 TEMPLATE_SAMPLES = {"zstd_dict": 8}
 CASES_PER_ALGO = 350  # 1,400 cases by default
 PARALLEL_EVERY = 10
-HOSTILE_U64 = (0, 1, 7, 8, 23, 24, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**53, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
+HOSTILE_U64 = (
+    0,
+    1,
+    7,
+    8,
+    23,
+    24,
+    255,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**40,
+    2**53,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 1,
+)
 
 OUTCOMES: Counter = Counter()  # (path kind, validate, outcome) -> cases
 BY_FILE: Counter = Counter()  # (file, mutation, outcome) -> cases
@@ -205,7 +223,8 @@ def classify(result, samples, table, new_cache_id: int | None = None) -> tuple[s
         if got == want_samples:
             want_table = table.with_columns(pl.lit(new_cache_id, dtype=table.schema["cache_id"]).alias("cache_id"))
             assert result.table.equals(want_table), (
-                f"cache_id changed to {new_cache_id} and get_metadata() differs beyond the cache_id column")
+                f"cache_id changed to {new_cache_id} and get_metadata() differs beyond the cache_id column"
+            )
             return "new cache_id", False
     for want, have in zip(samples, got):
         assert have == want, f"a different sample was returned silently: {have!r} != {want!r}"
@@ -236,8 +255,9 @@ def check_case(template, name, kind, params, fork_rt, counts: Counter) -> None:
                     # metadata.arrow is hashed when decoded (validate_cache=True: at open), so
                     # get_metadata() never returns an altered table, in either mode
                     # (docs/reliability.md)
-                    raise AssertionError(f"get_metadata() returned a metadata table that differs "
-                                         f"(validate_cache={validate})")
+                    raise AssertionError(
+                        f"get_metadata() returned a metadata table that differs (validate_cache={validate})"
+                    )
 
 
 FUZZ = settings(
@@ -296,7 +316,7 @@ def test_altered_metadata_table_is_refused_by_default(templates, tmp_path):
     """A metadata.arrow that decodes fine but is not the file the manifest hashed (here: one score
     changed) must not reach the consumer, even without validate_cache: the table drives filtering
     and weighting, and the records' own checksums do not cover it."""
-    path, _, samples, table = templates["none"]
+    path, _, _samples, _table = templates["none"]
     cache = Path(shutil.copytree(path, tmp_path / path.name))
     original = ipc.open_file(pa.py_buffer((cache / "metadata.arrow").read_bytes())).read_all()
     scores = original.column("score").to_pylist()
@@ -308,7 +328,9 @@ def test_altered_metadata_table_is_refused_by_default(templates, tmp_path):
     assert isinstance(strict.error, IntegrityError)  # validate_cache=True does catch it
     lenient = probe(cache, validate=False)
     assert lenient.stage == "metadata" and isinstance(lenient.error, IntegrityError), (
-        f"get_metadata() returned an altered table: {lenient.table}")
+        f"get_metadata() returned an altered table: {lenient.table}"
+    )
+
 
 def test_the_oracle_accepts_a_new_cache_id_and_nothing_else(templates, tmp_path):
     """A manifest whose cache_id was changed opens under the new id (any u64 opens, as in

@@ -72,8 +72,10 @@ def _link(fd: str) -> str | None:
 
 def settled(want, runtime=None) -> bool:
     """Resources back at `want` (children may take a moment to exit: poll, bounded)."""
+
     def check():
         return baseline(runtime) == want
+
     wait_until(check, 30.0, f"resources to return to {want}")
     return True
 
@@ -136,15 +138,18 @@ def test_workers_survive_the_exit_of_the_thread_that_started_them(cache, expecte
     rt = drt.DatasetRuntime(num_workers=2, start_method="fork")
     try:
         box = {}
-        thread = threading.Thread(target=lambda: box.setdefault("first", list(
-            drt.CachedDataset([cache], reader_config=reader_config(False), runtime=rt))))
+        thread = threading.Thread(
+            target=lambda: box.setdefault(
+                "first", list(drt.CachedDataset([cache], reader_config=reader_config(False), runtime=rt))
+            )
+        )
         thread.start()
         thread.join(60)
         assert box["first"] == expected
         # wait (bounded) until the OS thread is really gone, then read a long epoch: the workers
         # it started must still serve it
         wait_until(lambda: not os.path.exists(f"/proc/self/task/{thread.native_id}"), 30.0, "thread exit")
-        ds, it = long_iter(cache, rt)
+        _ds, it = long_iter(cache, rt)
         assert list(it) == expected * 10
     finally:
         rt.close()
@@ -174,7 +179,7 @@ def read_through_change(ds, it, change, at: int, expected) -> str:
             got.append(sample)
     except DatasetRTError as exc:
         outcome = type(exc).__name__
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"non-datasetrt exception after the cache changed: {type(exc).__mro__}: {exc!r}")
     else:
         outcome = "complete"
@@ -200,15 +205,21 @@ def allowed_outcomes(path: str, at: int) -> set[str]:
 def other_cache(tmp_path):
     """Same name, schema and sample count as `cache`, other bytes."""
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [res] = rt.write_cache(ListSource("reads", sample_items(N_SAMPLES, seed=1, tag="other")), tmp_path / "other",
-                               writer_config=writer_config("lz4", max_shard_bytes=64 << 10))
+        [res] = rt.write_cache(
+            ListSource("reads", sample_items(N_SAMPLES, seed=1, tag="other")),
+            tmp_path / "other",
+            writer_config=writer_config("lz4", max_shard_bytes=64 << 10),
+        )
     return res
 
 
 # fork + replace before both workers have opened the cache (at 0 or 1) is the race that
 # test_cache_replaced_between_open_and_first_read pins down deterministically.
-CHANGES = [c for c in itertools.product(["inprocess", "fork"], [0, 1, 1000], ["rmtree", "replace"])
-           if not (c[0] == "fork" and c[2] == "replace" and c[1] < 1000)]
+CHANGES = [
+    c
+    for c in itertools.product(["inprocess", "fork"], [0, 1, 1000], ["rmtree", "replace"])
+    if not (c[0] == "fork" and c[2] == "replace" and c[1] < 1000)
+]
 
 
 @pytest.mark.parametrize(("path", "at", "how"), CHANGES)

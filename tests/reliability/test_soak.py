@@ -27,18 +27,25 @@ def pss() -> int:
     return psutil.Process().memory_full_info().pss
 
 
-@pytest.mark.parametrize("iterations", [
-    pytest.param(400, id="short"),
-    pytest.param(LONG_ITERATIONS, id="long", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "iterations",
+    [
+        pytest.param(400, id="short"),
+        pytest.param(LONG_ITERATIONS, id="long", marks=pytest.mark.slow),
+    ],
+)
 def test_soak_iterators_with_weight_updates_stay_flat(tmp_path, iterations):
     algos = ["none", "lz4", "zstd"]
-    caches = [write_template(tmp_path, f"soak-{k}", 200 + 13 * k, algos[k % 3], max_shard_bytes=8 << 10)
-              for k in range(N_CACHES)]
+    caches = [
+        write_template(tmp_path, f"soak-{k}", 200 + 13 * k, algos[k % 3], max_shard_bytes=8 << 10)
+        for k in range(N_CACHES)
+    ]
     rng = random.Random(6)
     with drt.DatasetRuntime(num_workers=2, start_method="fork") as rt:
-        datasets = [drt.CachedDataset(caches, reader_config=reader_config(False, seed=k, shuffle=True), runtime=rt)
-                    for k in range(2)]
+        datasets = [
+            drt.CachedDataset(caches, reader_config=reader_config(False, seed=k, shuffle=True), runtime=rt)
+            for k in range(2)
+        ]
         datasets.append(drt.CachedDataset(caches, reader_config=reader_config(False, seed=9)))
         base = datasets[0].get_metadata()
 

@@ -65,10 +65,11 @@ def fork_writer(base: Path, name: str, *, stop_after=None, n=N_ITEMS):
         try:
             os.close(progress_r), os.close(hold_w), os.close(result_r)
             with drt.DatasetRuntime(num_workers=1) as rt:
-                [res] = rt.write_cache(SignallingSource(name, n, progress_w, stop_after, hold_r), base,
-                                       writer_config=WRITER)
+                [res] = rt.write_cache(
+                    SignallingSource(name, n, progress_w, stop_after, hold_r), base, writer_config=WRITER
+                )
             os.write(result_w, pickle.dumps((type(res).__name__, str(getattr(res, "message", "")))))
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             code = 1
         finally:
             os._exit(code)
@@ -110,8 +111,9 @@ def rerun_succeeds(base: Path, name: str) -> None:
     staging area holds nothing of the dead writer afterwards."""
     target = base / name
     with drt.DatasetRuntime(num_workers=2) as rt:
-        [res] = rt.write_cache(SignallingSource(name, N_ITEMS, os.open(os.devnull, os.O_WRONLY)), base,
-                               writer_config=WRITER)
+        [res] = rt.write_cache(
+            SignallingSource(name, N_ITEMS, os.open(os.devnull, os.O_WRONLY)), base, writer_config=WRITER
+        )
     if isinstance(res, drt.CacheWriteError):
         assert "cache path already exists" in res.message and target.exists(), res
     else:
@@ -170,8 +172,9 @@ def test_second_writer_fails_fast_and_reader_never_sees_partial_cache(tmp_path):
         assert read_progress(progress) == 300
         # a second writer while the first holds the lock
         with drt.DatasetRuntime(num_workers=1) as rt:
-            [res] = rt.write_cache(SignallingSource("shared", 10, os.open(os.devnull, os.O_WRONLY)), base,
-                                   writer_config=WRITER)
+            [res] = rt.write_cache(
+                SignallingSource("shared", 10, os.open(os.devnull, os.O_WRONLY)), base, writer_config=WRITER
+            )
         assert isinstance(res, drt.CacheWriteError), res
         assert "another process is writing cache 'shared'" in res.message
         # a reader during the write: not published yet
@@ -186,8 +189,9 @@ def test_second_writer_fails_fast_and_reader_never_sees_partial_cache(tmp_path):
     assert read_result(result) == ("CacheWriteSuccess", "")
     assert assert_published_or_absent(target) == "complete"
     with drt.DatasetRuntime(num_workers=1) as rt:  # and a later writer of the same name
-        [res] = rt.write_cache(SignallingSource("shared", 10, os.open(os.devnull, os.O_WRONLY)), base,
-                               writer_config=WRITER)
+        [res] = rt.write_cache(
+            SignallingSource("shared", 10, os.open(os.devnull, os.O_WRONLY)), base, writer_config=WRITER
+        )
     assert isinstance(res, drt.CacheWriteError) and "cache path already exists" in res.message
 
 
@@ -217,7 +221,7 @@ def test_two_racing_writers_exactly_one_publishes(tmp_path, attempt):
 
     wait_until(both_done, 60.0, "both writers to exit")
     results = []
-    for pid, progress, hold, result in writers:
+    for _pid, progress, hold, result in writers:
         os.close(progress), os.close(hold)
         results.append(read_result(result))
     kinds = sorted(kind for kind, _ in results)

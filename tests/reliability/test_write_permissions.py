@@ -34,11 +34,12 @@ def _run_as_nobody(base, names):
             os.setgid(nobody.pw_gid)
             os.setuid(nobody.pw_uid)
             with drt.DatasetRuntime(num_workers=1) as rt:
-                results = rt.write_cache([ListSource(n, sample_items(5, tag=n)) for n in names], base,
-                                         writer_config=writer_config())
+                results = rt.write_cache(
+                    [ListSource(n, sample_items(5, tag=n)) for n in names], base, writer_config=writer_config()
+                )
             os.write(write_fd, json.dumps([[type(r).__name__, *map(str, r)] for r in results]).encode())
             code = 0
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:
             os.write(write_fd, json.dumps(["raised", repr(exc)]).encode())
         finally:
             os._exit(code)
@@ -75,7 +76,7 @@ def test_permission_denied_is_a_write_error_and_keeps_published_caches(base_dir)
     before = {p: p.stat().st_mtime_ns for p in published.rglob("*")}
     results = _run_as_nobody(base, ["denied-a", "denied-b"])
     assert [r[0] for r in results] == ["CacheWriteError", "CacheWriteError"]
-    for kind, name, message in results:
+    for _kind, _name, message in results:
         assert "Permission denied" in message and "os error 13" in message, message
     assert sorted(p.name for p in base.iterdir()) == ["earlier", "tmp"]
     assert list((base / "tmp").iterdir()) == []  # no staging, no lock files left behind

@@ -73,7 +73,9 @@ def shard_paths(cache: Path) -> list[Path]:
 def pair(paths, runtime, **cfg):
     """(reference in-process dataset, dataset read through `runtime`) with the same config."""
     config = drt.ReaderConfig(**cfg)
-    return drt.CachedDataset(paths, reader_config=config), drt.CachedDataset(paths, reader_config=config, runtime=runtime)
+    return drt.CachedDataset(paths, reader_config=config), drt.CachedDataset(
+        paths, reader_config=config, runtime=runtime
+    )
 
 
 def take(iterator, n: int) -> list:
@@ -100,7 +102,7 @@ def consume_within(iterator, timeout_s: float = CRASH_DEADLINE_S) -> int:
             for _ in iterator:
                 count += 1
             outcome["count"] = count
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, name="consume_within", daemon=True)
@@ -146,7 +148,7 @@ def ring_maps(pid: int | str = "self") -> list[str]:
         for line in maps:
             fields = line.split(None, 5)
             if len(fields) == 6 and fields[5].startswith("/memfd:datasetrt-"):
-                found.add(f"{fields[5].split()[0][len('/memfd:'):]}@{fields[4]}")
+                found.add(f"{fields[5].split()[0][len('/memfd:') :]}@{fields[4]}")
     return sorted(found)
 
 

@@ -127,8 +127,13 @@ def many_caches(tmp_path_factory):
 
 def run_child(script: str, base, method: str = "fork", gathering_threads: int = 1) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", script, str(base), str(SOFT_LIMIT), method],
-                         capture_output=True, text=True, timeout=300, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(base), str(SOFT_LIMIT), method],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["budget"] == SOFT_LIMIT // 2

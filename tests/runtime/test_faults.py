@@ -53,8 +53,9 @@ def fork_rt():
 def long_dataset(paths, runtime, **cfg):
     """An ordered window far longer than the ring holds, so workers are busy when a fault hits."""
     cfg.setdefault("worker_timeout_s", 60.0)  # a missed fault would hang 300 s by default
-    ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=3, shuffle=False, prefetch_size=4, **cfg),
-                           runtime=runtime)
+    ds = drt.CachedDataset(
+        paths, reader_config=drt.ReaderConfig(seed=3, shuffle=False, prefetch_size=4, **cfg), runtime=runtime
+    )
     ds.set_epoch_len(200_000)
     return ds
 
@@ -234,8 +235,9 @@ def test_parent_death_stops_workers_and_next_start_sweeps_old_run_dirs(good, met
     no name (only a mapping in each process), goes with the last of them. The next pool start
     still sweeps /dev/shm run directories of dead owners that older releases left behind."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", PARENT, str(good), method], capture_output=True, text=True,
-                         timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PARENT, str(good), method], capture_output=True, text=True, timeout=60, env=env
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(report["workers"]) == 2 and report["runs"] == [] and report["rings"] == 1

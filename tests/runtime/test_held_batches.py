@@ -35,8 +35,9 @@ def _want(cache, shuffle):
 
 
 def _open(cache, runtime, shuffle, epoch=600):
-    ds = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=4, shuffle=shuffle, prefetch_size=64),
-                           runtime=runtime)
+    ds = drt.CachedDataset(
+        [cache], reader_config=drt.ReaderConfig(seed=4, shuffle=shuffle, prefetch_size=64), runtime=runtime
+    )
     ds.set_epoch_len(epoch)
     return ds
 
@@ -44,7 +45,7 @@ def _open(cache, runtime, shuffle, epoch=600):
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("workers", [1, 2])
 def test_kept_batches_views_and_tensors_keep_their_bytes(cache, runtimes, method, workers):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     ds = _open(cache, runtimes(method, workers), shuffle=True)
     want = _want(cache, True)
     kept, position = [], 0
@@ -100,7 +101,7 @@ def test_dropped_and_released_batches_return_their_slots(cache, runtimes):
     with next(it) as batch:
         assert run.ring.leased == 1 and len(batch) == 16
     assert run.ring.leased == 0
-    for batch in it:  # the usual loop: the previous batch is held while the next is read
+    for _batch in it:  # the usual loop: the previous batch is held while the next is read
         assert run.ring.leased <= 2
     assert run.copies == 0
 
@@ -124,7 +125,7 @@ def test_abandoned_iterator_leaves_held_batches_readable_and_nothing_behind(cach
     assert wait_pids_gone(pids) == []
     assert child_pids() <= children_before
     for k, batch in enumerate(held):  # still the same bytes: the parent's mapping outlives the run
-        assert np.array_equal(batch.to_numpy(), want[16 * k:16 * (k + 1)])
+        assert np.array_equal(batch.to_numpy(), want[16 * k : 16 * (k + 1)])
     assert np.array_equal(tensor, want[32:48])
     del held, tensor, batch
     gc.collect()

@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 import datasetrt as drt
 from datasetrt.errors import WorkerError
+from tests.conftest import sample_items
 from tests.runtime.conftest import (
     active_run,
     child_pids,
@@ -31,7 +33,6 @@ from tests.runtime.conftest import (
     wait_pids_gone,
     write_cache,
 )
-from tests.conftest import sample_items
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -39,8 +40,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
     base = tmp_path_factory.mktemp("lifecycle")
-    return [write_cache(base, "a", sample_items(400), "lz4", max_shard_bytes=16384),
-            write_cache(base, "b", sample_items(300, seed=1, tag="b"), "zstd")]
+    return [
+        write_cache(base, "a", sample_items(400), "lz4", max_shard_bytes=16384),
+        write_cache(base, "b", sample_items(300, seed=1, tag="b"), "zstd"),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +222,7 @@ def test_spawned_workers_import_no_numpy_polars_pyarrow_or_torch(shared, paths):
     assert sorted(r.pid for r in ready) == sorted(shared.worker_pids)
     assert [r.heavy_modules for r in ready] == [(), ()]
     for pid in shared.worker_pids:  # and none was mapped later, while reading
-        maps = open(f"/proc/{pid}/maps").read()
+        maps = Path(f"/proc/{pid}/maps").read_text()
         assert "_multiarray_umath" not in maps and "libarrow" not in maps and "polars" not in maps
 
 
@@ -229,7 +232,8 @@ def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("")
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, sys
         import torch, polars
         import datasetrt as drt
@@ -239,7 +243,8 @@ def test_script_without_main_guard_importing_torch_and_polars(tmp_path, paths):
         n = len(list(ds))
         print(json.dumps([n, [list(r.heavy_modules) for r in rt._worker_pool.ready]]))
         rt.close()
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
@@ -266,8 +271,9 @@ def test_reader_workers_start_without_a_resource_tracker(paths, method):
     so no multiprocess resource tracker (~10 MiB) is started. A fresh interpreter, so a tracker
     some earlier test started cannot hide one (the child-count helpers skip trackers)."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", DESCENDANTS, str(paths[0]), method],
-                         capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", DESCENDANTS, str(paths[0]), method], capture_output=True, text=True, timeout=120, env=env
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["n"] == 400 and len(report["workers"]) == 2
@@ -296,8 +302,13 @@ EXIT_WITH_OPEN_ITERATOR = textwrap.dedent("""
 @pytest.mark.parametrize("mode", ["exit", "uncaught"])
 def test_interpreter_exit_with_an_open_iterator_leaves_shm_clean(paths, mode):
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", EXIT_WITH_OPEN_ITERATOR, str(paths[0]), mode],
-                         capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_WITH_OPEN_ITERATOR, str(paths[0]), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert out.returncode == (0 if mode == "exit" else 1), out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["runs"] == [] and report["rings"] == 1 and len(report["workers"]) == 2
@@ -348,7 +359,9 @@ def test_close_with_an_open_iterator_stops_workers_and_the_ring_goes_with_the_it
     try:
         assert not child_pids() & set(pids)
         assert shm_entries() == []
-        assert len(loose_rings(shared, foreign=foreign)) == 1  # the iterator's chunk may still be viewed: only this process maps it
+        assert (
+            len(loose_rings(shared, foreign=foreign)) == 1
+        )  # the iterator's chunk may still be viewed: only this process maps it
     finally:
         del it
         gc.collect()

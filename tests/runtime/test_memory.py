@@ -153,8 +153,9 @@ def test_ring_memory_that_cannot_be_reserved_is_a_typed_error(cache):
     still fail is reserving their pages, which is a ResourceLimitError naming the size (not a
     SIGBUS later), and the runtime reads normally once memory is there."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", RESERVE_REFUSED, str(cache)], capture_output=True, text=True,
-                         timeout=120, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", RESERVE_REFUSED, str(cache)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["message"].startswith("cannot reserve ") and "MiB of shared memory" in report["message"]
@@ -195,15 +196,18 @@ def test_default_limit_is_half_of_physical_or_cgroup():
     assert default_memory_limit_bytes() == expected // 2
 
 
-@pytest.mark.parametrize("v2,v1,expected", [
-    ("max\n", "1073741824\n", None),  # v2 present and unlimited: v1 is not consulted
-    ("536870912\n", None, 512 << 20),
-    (None, "268435456\n", 256 << 20),
-    (None, "9223372036854771712\n", None),  # v1 "unlimited"
-    (None, f"{1 << 60}\n", None),  # 1 EiB and above count as unlimited (memory._read_limit)
-    (None, f"{(1 << 60) - 4096}\n", (1 << 60) - 4096),
-    (None, None, None),
-])
+@pytest.mark.parametrize(
+    "v2,v1,expected",
+    [
+        ("max\n", "1073741824\n", None),  # v2 present and unlimited: v1 is not consulted
+        ("536870912\n", None, 512 << 20),
+        (None, "268435456\n", 256 << 20),
+        (None, "9223372036854771712\n", None),  # v1 "unlimited"
+        (None, f"{1 << 60}\n", None),  # 1 EiB and above count as unlimited (memory._read_limit)
+        (None, f"{(1 << 60) - 4096}\n", (1 << 60) - 4096),
+        (None, None, None),
+    ],
+)
 def test_cgroup_limit_files(tmp_path, monkeypatch, v2, v1, expected):
     paths = {}
     for name, text in (("v2", v2), ("v1", v1)):
@@ -238,7 +242,9 @@ def test_slow_consumer_never_reads_ahead_of_the_ring(cache, prefetch):
         pool, shape = rt._worker_pool, run.shape
         ring_fd = run.ring.fd
         assert shape == RunShape.plan(prefetch, 2, ds._max_record_bytes())
-        assert (shape.rows_per_task, shape.slot_bytes, shape.slots) == documented_shape(prefetch, 2, largest_record(cache))
+        assert (shape.rows_per_task, shape.slot_bytes, shape.slots) == documented_shape(
+            prefetch, 2, largest_record(cache)
+        )
         assert os.fstat(ring_fd).st_size == shape.slots * shape.slot_bytes
         window_rows = shape.slots * shape.rows_per_task
         assert window_rows < 400  # the ring holds a small part of one pass

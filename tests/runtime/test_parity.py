@@ -15,7 +15,6 @@ import polars as pl
 import pytest
 
 import datasetrt as drt
-
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.run import ParallelRun
 from tests.runtime.conftest import MiB, active_run, compressible, pair, varied_items, write_cache
@@ -36,12 +35,25 @@ def caches(tmp_path_factory):
     base = tmp_path_factory.mktemp("parity")
     noise = bytes((i * 131 + 7) % 251 for i in range(2048))
     return {
-        "none": write_cache(base, "a", varied_items(120, seed=0, tag="a", extra=[bytes(range(256)) * 16]),
-                            "none", max_shard_bytes=8192),
-        "lz4": write_cache(base, "b", varied_items(80, seed=1, tag="b", extra=[compressible(300 << 10, b"p")] * 4
-                                                   + [compressible(3 * MiB, b"q")]), "lz4", max_shard_bytes=8192),
-        "zstd": write_cache(base, "c", varied_items(60, seed=2, tag="c", extra=[b"", compressible(3 * MiB + 17, b"r"), noise]),
-                            "zstd", max_shard_bytes=8192),
+        "none": write_cache(
+            base, "a", varied_items(120, seed=0, tag="a", extra=[bytes(range(256)) * 16]), "none", max_shard_bytes=8192
+        ),
+        "lz4": write_cache(
+            base,
+            "b",
+            varied_items(
+                80, seed=1, tag="b", extra=[compressible(300 << 10, b"p")] * 4 + [compressible(3 * MiB, b"q")]
+            ),
+            "lz4",
+            max_shard_bytes=8192,
+        ),
+        "zstd": write_cache(
+            base,
+            "c",
+            varied_items(60, seed=2, tag="c", extra=[b"", compressible(3 * MiB + 17, b"r"), noise]),
+            "zstd",
+            max_shard_bytes=8192,
+        ),
     }
 
 
@@ -55,9 +67,11 @@ def assert_same(got: list, want: list) -> None:
     assert len(got) == len(want), f"{len(got)} samples, expected {len(want)}"
     for k, (g, w) in enumerate(zip(got, want)):
         if g != w:
-            pytest.fail(f"sample {k} differs: got (cache_id={g.cache_id}, sample_id={g.sample_id}, "
-                        f"{len(g.data)} B, {g.metadata}), expected (cache_id={w.cache_id}, "
-                        f"sample_id={w.sample_id}, {len(w.data)} B, {w.metadata})")
+            pytest.fail(
+                f"sample {k} differs: got (cache_id={g.cache_id}, sample_id={g.sample_id}, "
+                f"{len(g.data)} B, {g.metadata}), expected (cache_id={w.cache_id}, "
+                f"sample_id={w.sample_id}, {len(w.data)} B, {w.metadata})"
+            )
 
 
 def epochs(ds, count: int) -> list:
@@ -103,8 +117,11 @@ def test_mixed_caches_match_in_process_reader(runtimes, mixed, method, workers, 
 
 @pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("method,workers,prefetch", [("fork", 2, 7), ("spawn", 3, 64), ("spawn", 1, 4096)],
-                         ids=["fork2-p7", "spawn3-p64", "spawn1-p4096"])
+@pytest.mark.parametrize(
+    "method,workers,prefetch",
+    [("fork", 2, 7), ("spawn", 3, 64), ("spawn", 1, 4096)],
+    ids=["fork2-p7", "spawn3-p64", "spawn1-p4096"],
+)
 def test_scenarios_match_in_process_reader(runtimes, mixed, method, workers, prefetch, scenario, shuffle):
     apply, count = SCENARIOS[scenario]
     ref, par = pair(mixed, runtimes(method, workers), seed=2024, shuffle=shuffle, prefetch_size=prefetch)
@@ -127,7 +144,9 @@ def test_split_tasks_and_oversized_records_take_their_paths(runtimes, mixed, mon
     seen, inline = [], []
     on_message, inline_chunk = ParallelRun._on_message, ParallelRun._inline_chunk
     monkeypatch.setattr(ParallelRun, "_on_message", lambda self, msg: (seen.append(msg), on_message(self, msg))[1])
-    monkeypatch.setattr(ParallelRun, "_inline_chunk", lambda self, pos: (inline.append(pos), inline_chunk(self, pos))[1])
+    monkeypatch.setattr(
+        ParallelRun, "_inline_chunk", lambda self, pos: (inline.append(pos), inline_chunk(self, pos))[1]
+    )
     ref, par = pair(mixed, runtimes("fork", 2), seed=3, shuffle=False, prefetch_size=64)
     got, want = list(par), list(ref)
     assert_same(got, want)
@@ -144,15 +163,18 @@ def test_tasks_carry_rows_and_cover_the_window(runtimes, mixed, monkeypatch, bat
     past the window's end, which would hold a ring slot the consumer never frees in that run."""
     sent = []
     submit = WorkerPool.submit
-    monkeypatch.setattr(WorkerPool, "submit", lambda self, run, task: (sent.append((task.first, task.count)),
-                                                                       submit(self, run, task))[1])
+    monkeypatch.setattr(
+        WorkerPool,
+        "submit",
+        lambda self, run, task: (sent.append((task.first, task.count)), submit(self, run, task))[1],
+    )
     ref, par = pair(mixed, runtimes("fork", 2), seed=4, shuffle=False, prefetch_size=64)
     if batch_size is None:
         assert_same(list(par), list(ref))
     else:
         assert sum(len(b) for b in par.iter_batches(batch_size)) == len(ref)
     assert sent, "no task reached the workers"
-    assert all(count >= 1 and 0 <= first and first + count <= len(ref) for first, count in sent), sent
+    assert all(count >= 1 and first >= 0 and first + count <= len(ref) for first, count in sent), sent
     covered = sorted({k for first, count in sent for k in range(first, first + count)})
     in_process = set()  # records larger than a slot are read by the parent, not sent
     if batch_size is None:
@@ -227,8 +249,10 @@ def test_five_concurrent_datasets_on_one_worker(runtimes, tmp_path):
     results, opened = [], []
     try:
         for runtime in (None, runtimes("fork", 1)):
-            datasets = [pair([p], runtime, seed=k, shuffle=bool(k % 2), prefetch_size=7)[runtime is not None]
-                        for k, p in enumerate(paths)]
+            datasets = [
+                pair([p], runtime, seed=k, shuffle=bool(k % 2), prefetch_size=7)[runtime is not None]
+                for k, p in enumerate(paths)
+            ]
             for ds in datasets:
                 ds.set_epoch_len(3000)  # longer than the ring: every run keeps reading after the 5th opens
             its = [iter(ds) for ds in datasets]
@@ -288,8 +312,14 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
                 _weighted(ds)
             ds.set_epoch_len(20_000)
         if scenario == "batches":
-            flat = lambda batches: [(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))  # noqa: E731
-                                    for b in batches for i in range(len(b))]
+
+            def flat(batches):
+                return [
+                    (bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
+                    for b in batches
+                    for i in range(len(b))
+                ]
+
             got, want = flat(_handed_over(rt, par.iter_batches(37), 20)), flat(ref.iter_batches(37))
             assert len(got) == 20_000 and got == want
         else:

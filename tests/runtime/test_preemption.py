@@ -67,8 +67,13 @@ def cache(tmp_path_factory):
 def start_victim(cache, method: str, handler: str = "default"):
     """The victim process and its first report (read with a deadline: a hang fails, not blocks)."""
     env = {**os.environ, "PYTHONPATH": ROOT}
-    proc = subprocess.Popen([sys.executable, "-c", VICTIM, str(cache), method, handler], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", VICTIM, str(cache), method, handler],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     ready, _, _ = select.select([proc.stdout], [], [], REPORT_DEADLINE_S)
     if not ready:
         proc.kill()
@@ -142,8 +147,13 @@ HELD = textwrap.dedent("""
 def test_the_sigterm_handler_is_held_while_a_pool_runs():
     """In a fresh interpreter (the test runner's own process may hold another handler: a pool a
     module fixture keeps, or Ray's), so it runs in every order of the full suite."""
-    proc = subprocess.run([sys.executable, "-c", HELD], env={**os.environ, "PYTHONPATH": ROOT}, text=True,
-                          capture_output=True, timeout=REPORT_DEADLINE_S)
+    proc = subprocess.run(
+        [sys.executable, "-c", HELD],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        text=True,
+        capture_output=True,
+        timeout=REPORT_DEADLINE_S,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["before"], "a fresh interpreter starts with the default SIGTERM action"
@@ -163,8 +173,9 @@ def test_killed_worker_leaves_no_name_and_no_process(cache, method, sig):
     try:
         workers = rt.start_workers()
         zygote = rt._worker_pool._zygote
-        ds = rt.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=3, shuffle=False, prefetch_size=4,
-                                                                       worker_timeout_s=60.0))
+        ds = rt.cached_dataset(
+            [cache], reader_config=drt.ReaderConfig(seed=3, shuffle=False, prefetch_size=4, worker_timeout_s=60.0)
+        )
         ds.set_epoch_len(10**9)
         it = iter(ds)
         take(it, 20)

@@ -47,7 +47,10 @@ LAYERS = {
 }
 TORCH_PACKAGE = "datasetrt.integrations.torch"
 TORCH_MAY_IMPORT = {
-    "datasetrt.errors", "datasetrt.values.config", "datasetrt.values.records", "datasetrt.dataset.seam",
+    "datasetrt.errors",
+    "datasetrt.values.config",
+    "datasetrt.values.records",
+    "datasetrt.dataset.seam",
     "datasetrt._native.draws",  # derive_seed: dataset-rt's per-rank/worker seed rule
     "datasetrt.values.arrays",  # RaggedArrays and the pad check of SampleBatch.to_numpy (to_torch_batches)
 }
@@ -102,7 +105,8 @@ class _Imports(ast.NodeVisitor):
     def visit_If(self, node: ast.If) -> None:
         test = node.test
         if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
             self.typing += 1
             for child in node.body:
                 self.visit(child)
@@ -177,8 +181,9 @@ def test_no_import_from_a_higher_layer():
     bad = []
     for e in _internal(EDGES):
         if layer_of(e.target) > layer_of(e.importer):
-            bad.append(f"{e.importer}:{e.line} (layer {layer_of(e.importer)}) imports "
-                       f"{e.target} (layer {layer_of(e.target)})")
+            bad.append(
+                f"{e.importer}:{e.line} (layer {layer_of(e.importer)}) imports {e.target} (layer {layer_of(e.target)})"
+            )
     assert bad == []
 
 
@@ -235,8 +240,11 @@ def test_no_import_cycle():
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
     for e in _internal(EDGES):
         # a package re-exporting its own children is not a dependency cycle of substance
-        if not (MODULES[e.importer] is not None and MODULES[e.importer].name == "__init__.py"
-                and e.target.startswith(e.importer + ".")):
+        if not (
+            MODULES[e.importer] is not None
+            and MODULES[e.importer].name == "__init__.py"
+            and e.target.startswith(e.importer + ".")
+        ):
             graph[e.importer].add(e.target)
     assert strongly_connected(graph) == []
 
@@ -262,8 +270,11 @@ def test_reader_worker_imports_nothing_heavy_at_module_level():
     Polars, pyarrow, torch or pandas at module level (tests/runtime check the live workers)."""
     closure = _eager_closure(WORKER_ENTRY)
     assert {"datasetrt.runtime.slot", "datasetrt.runtime.gatherer"} <= closure
-    heavy = [f"{e.importer}:{e.line} imports {e.target}" for e in EDGES
-             if e.importer in closure and not e.lazy and not e.type_only and e.target in HEAVY]
+    heavy = [
+        f"{e.importer}:{e.line} imports {e.target}"
+        for e in EDGES
+        if e.importer in closure and not e.lazy and not e.type_only and e.target in HEAVY
+    ]
     assert heavy == []
 
 
@@ -273,9 +284,13 @@ def test_parent_side_runtime_modules_stay_out_of_the_worker(module):
 
 
 def test_torch_integration_uses_only_the_dataset_seam():
-    bad = [f"{e.importer}:{e.line} imports {e.target}" for e in _internal(EDGES)
-           if e.importer.startswith(TORCH_PACKAGE) and not e.target.startswith(TORCH_PACKAGE)
-           and e.target not in TORCH_MAY_IMPORT]
+    bad = [
+        f"{e.importer}:{e.line} imports {e.target}"
+        for e in _internal(EDGES)
+        if e.importer.startswith(TORCH_PACKAGE)
+        and not e.target.startswith(TORCH_PACKAGE)
+        and e.target not in TORCH_MAY_IMPORT
+    ]
     assert bad == []
 
 
@@ -284,5 +299,8 @@ def test_torch_planning_modules_import_no_torch(module):
     """Importing them (and so their package, whose exports are lazy) loads no torch."""
     closure = _eager_closure(module)
     assert TORCH_PACKAGE in closure
-    assert [f"{e.importer}:{e.line}" for e in EDGES
-            if e.importer in closure and not e.lazy and not e.type_only and e.target == "torch"] == []
+    assert [
+        f"{e.importer}:{e.line}"
+        for e in EDGES
+        if e.importer in closure and not e.lazy and not e.type_only and e.target == "torch"
+    ] == []

@@ -27,18 +27,34 @@ from typing import Any
 
 # public name -> the submodule that defines it (plan's and the errors' need no torch)
 _EXPORTS = {
-    "to_torch_iterable_dataset": "iterable", "CachedIterableDataset": "iterable", "ITER_STATE_KIND": "iterable",
-    "ITER_STATE_VERSION": "iterable", "to_torch_dataloader": "loader", "DatasetRTDataLoader": "loader",
-    "STATE_KIND": "loader", "STATE_VERSION": "loader", "LoaderDataset": "loader_dataset",
-    "capture_replica": "distributed", "Replica": "distributed", "available_cpus": "options",
-    "LOGGER_NAME": "options", "MAX_SAMPLE_BUDGET": "options", "rank_count": "plan", "rank_share": "plan",
-    "RankShare": "plan", "LoaderStateError": None, "to_torch_batches": "batches", "DatasetRTBatchLoader": "batches",
+    "to_torch_iterable_dataset": "iterable",
+    "CachedIterableDataset": "iterable",
+    "ITER_STATE_KIND": "iterable",
+    "ITER_STATE_VERSION": "iterable",
+    "to_torch_dataloader": "loader",
+    "DatasetRTDataLoader": "loader",
+    "STATE_KIND": "loader",
+    "STATE_VERSION": "loader",
+    "LoaderDataset": "loader_dataset",
+    "capture_replica": "distributed",
+    "Replica": "distributed",
+    "available_cpus": "options",
+    "LOGGER_NAME": "options",
+    "MAX_SAMPLE_BUDGET": "options",
+    "rank_count": "plan",
+    "rank_share": "plan",
+    "RankShare": "plan",
+    "LoaderStateError": None,
+    "to_torch_batches": "batches",
+    "DatasetRTBatchLoader": "batches",
     "BatchLoaderDataset": "batches",
 }
 _TORCH_FREE = {"plan", "options", None}
-MISSING_TORCH = ("CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
-                 "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
-                 "pip install 'datasetrt[torch]'")
+MISSING_TORCH = (
+    "CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
+    "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
+    "pip install 'datasetrt[torch]'"
+)
 
 __all__ = sorted(_EXPORTS)
 

@@ -55,19 +55,26 @@ def _with_order(identity: dict, order: str) -> dict:
 
 def _check_identity(state: Mapping[str, Any], mine: dict, what: str) -> None:
     """Refuse a state of another plan, naming the first difference."""
-    names = {"caches": "the caches differ", "table": "the active table (rows, order or weights) differs",
-             "sampling": "the sampling order (ReaderConfig.sampling, the mixture or the curriculum) differs"}
+    names = {
+        "caches": "the caches differ",
+        "table": "the active table (rows, order or weights) differs",
+        "sampling": "the sampling order (ReaderConfig.sampling, the mixture or the curriculum) differs",
+    }
     for key, value in {**_IDENTITY_DEFAULTS, **mine}.items():
         if state.get(key, _IDENTITY_DEFAULTS.get(key)) != value:
-            raise ConfigError(f"{what} state does not match: {names.get(key, f'{key} differs')} "
-                              f"(state {state.get(key)!r}, here {value!r})")
+            raise ConfigError(
+                f"{what} state does not match: {names.get(key, f'{key} differs')} "
+                f"(state {state.get(key)!r}, here {value!r})"
+            )
 
 
 # Why a torch reader refuses advance() (docs/sampling.md, "Advancing a dataset's curriculum").
-ADVANCE_REFUSED = ("advance() is not supported on torch loaders: DataLoader workers plan their batches from their "
-                   "own copy of the curriculum, fixed when they start, so a stage cannot end early at a batch "
-                   "boundary they have not produced yet without a channel to every worker; stages follow their "
-                   "lengths here. Read with ds.iter_batches() (in-process or reader workers) to advance")
+ADVANCE_REFUSED = (
+    "advance() is not supported on torch loaders: DataLoader workers plan their batches from their "
+    "own copy of the curriculum, fixed when they start, so a stage cannot end early at a batch "
+    "boundary they have not produced yet without a channel to every worker; stages follow their "
+    "lengths here. Read with ds.iter_batches() (in-process or reader workers) to advance"
+)
 
 
 def refuse_advance() -> None:

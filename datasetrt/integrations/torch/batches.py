@@ -38,14 +38,14 @@ import numpy as np
 import torch
 from torch.utils.data._utils.pin_memory import pin_memory
 
-from datasetrt.values.arrays import RaggedArrays, pad_item
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.integrations.torch.lending import MAX_SLOT_BYTES, Receiver, WorkerRing
 from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _plan_loader
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
-from datasetrt.integrations.torch.options import is_auto, check_arguments
+from datasetrt.integrations.torch.options import check_arguments, is_auto
 from datasetrt.integrations.torch.plan import _Spec
 from datasetrt.integrations.torch.spawn import _Recipe
+from datasetrt.values.arrays import RaggedArrays, pad_item
 
 if TYPE_CHECKING:
     from datasetrt.dataset.seam import DatasetSeam
@@ -106,7 +106,7 @@ class SharedBuffers:
 
     @staticmethod
     def _view(whole: torch.Tensor, start: int, array: np.ndarray) -> torch.Tensor:
-        return whole[start:start + array.nbytes].view(_torch_dtype(array.dtype)).reshape(array.shape)
+        return whole[start : start + array.nbytes].view(_torch_dtype(array.dtype)).reshape(array.shape)
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         """`array` (C-contiguous) as a tensor over the same memory: a view of the shared storage
@@ -190,8 +190,9 @@ class _OwnMemory:
         return item
 
 
-def _item(batch: Any, ds: DatasetSeam, typed: _Typed, buffers: SharedBuffers | _OwnMemory,
-          transform: Callable | None) -> Any:
+def _item(
+    batch: Any, ds: DatasetSeam, typed: _Typed, buffers: SharedBuffers | _OwnMemory, transform: Callable | None
+) -> Any:
     """A `SampleBatch` as the loader's dict of tensors (views of its memory and of `buffers`),
     then released (the tensors keep what they need), then `transform`ed."""
     arrays = batch.to_numpy(typed.length, typed.pad)
@@ -218,8 +219,16 @@ class BatchLoaderDataset(LoaderDataset):
     """`loader.dataset` of `to_torch_batches`: `LoaderDataset`'s plan, layout and passes, read as
     whole batches; `len()` is this rank's batches per pass."""
 
-    def __init__(self, dataset: DatasetSeam, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
-                 worker_seeds: tuple[int, ...], work_dir: str | None, typed: _Typed) -> None:
+    def __init__(
+        self,
+        dataset: DatasetSeam,
+        plan: _LoaderPlan,
+        spec: _Spec,
+        transform: Callable | None,
+        worker_seeds: tuple[int, ...],
+        work_dir: str | None,
+        typed: _Typed,
+    ) -> None:
         super().__init__(dataset, plan, spec, transform, worker_seeds, work_dir)
         self.typed = typed
 
@@ -238,8 +247,10 @@ class BatchLoaderDataset(LoaderDataset):
             ds, buffers = reader.ds, LendingBuffers(self._tail_bytes(reader.ds))
             batches = reader.read_batches(window, self._spec.batch, buffers)
         # `map`: no frame here keeps an item once it is handed to torch
-        made = map(functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers,
-                                     transform=self.sample_transform_fn), batches)
+        made = map(
+            functools.partial(_item, ds=ds, typed=self.typed, buffers=buffers, transform=self.sample_transform_fn),
+            batches,
+        )
         return map(buffers.lend, made)
 
     def _tail_bytes(self, ds: DatasetSeam) -> int:
@@ -254,8 +265,14 @@ class BatchLoaderDataset(LoaderDataset):
         return _rebuild_batch_dataset, (*args, self.typed)
 
 
-def _rebuild_batch_dataset(recipe: _Recipe | None, spec: _Spec, transform: Callable | None,
-                           worker_seeds: tuple[int, ...], pass_: tuple[int, int], typed: _Typed) -> BatchLoaderDataset:
+def _rebuild_batch_dataset(
+    recipe: _Recipe | None,
+    spec: _Spec,
+    transform: Callable | None,
+    worker_seeds: tuple[int, ...],
+    pass_: tuple[int, int],
+    typed: _Typed,
+) -> BatchLoaderDataset:
     obj = BatchLoaderDataset._rebuilt(recipe)
     obj._init_passes(None, spec, transform, worker_seeds, pass_)
     obj.typed = typed
@@ -287,24 +304,49 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
         return tracked
 
 
-def _reader_workers_suffice(dataset: DatasetSeam, num_workers: Any, batch_transform: Callable | None,
-                            timeout: float, prefetch_factor: Any, persistent_workers: Any) -> bool:
+def _reader_workers_suffice(
+    dataset: DatasetSeam,
+    num_workers: Any,
+    batch_transform: Callable | None,
+    timeout: float,
+    prefetch_factor: Any,
+    persistent_workers: Any,
+) -> bool:
     """`num_workers="auto"` means no torch worker when the dataset's reader processes already
     gather each batch into shared memory (the tensors are views of their ring slot: 2.2-3.4x the
     torch-worker path in docs/benchmarks.md's runs) and nothing asks for torch workers: no
     `batch_transform` to run in them and no worker-only option (`timeout`, `prefetch_factor`,
     `persistent_workers`) set."""
-    return (is_auto(num_workers) and batch_transform is None and dataset.reads_with_workers and timeout == 0
-            and is_auto(prefetch_factor) and is_auto(persistent_workers))
+    return (
+        is_auto(num_workers)
+        and batch_transform is None
+        and dataset.reads_with_workers
+        and timeout == 0
+        and is_auto(prefetch_factor)
+        and is_auto(persistent_workers)
+    )
 
 
 def to_torch_batches(
-    dataset: DatasetSeam, batch_size: int, *, shuffle: bool | None = None, seed: int | str = "random",
-    samples_per_epoch: int | None = None, columns: Sequence[str] = (), length: int | None = None, pad: Any = 0,
-    batch_transform: Callable | None = None, num_workers: int | str = "auto", drop_last: bool = False,
-    pin_memory: bool = False, timeout: float = 0, multiprocessing_context: Any = "spawn",
-    worker_init_fn: Callable | None = None, prefetch_factor: int | str = "auto",
-    persistent_workers: bool | str = "auto", work_dir: Any = None,
+    dataset: DatasetSeam,
+    batch_size: int,
+    *,
+    shuffle: bool | None = None,
+    seed: int | str = "random",
+    samples_per_epoch: int | None = None,
+    columns: Sequence[str] = (),
+    length: int | None = None,
+    pad: Any = 0,
+    batch_transform: Callable | None = None,
+    num_workers: int | str = "auto",
+    drop_last: bool = False,
+    pin_memory: bool = False,
+    timeout: float = 0,
+    multiprocessing_context: Any = "spawn",
+    worker_init_fn: Callable | None = None,
+    prefetch_factor: int | str = "auto",
+    persistent_workers: bool | str = "auto",
+    work_dir: Any = None,
 ) -> DatasetRTBatchLoader:
     """`CachedDataset.to_torch_batches(batch_size, ...)` (docs/pytorch.md). `shuffle` defaults to
     the dataset's `ReaderConfig.shuffle`; `seed`, `samples_per_epoch`, `num_workers`,
@@ -323,10 +365,22 @@ def to_torch_batches(
     if _reader_workers_suffice(dataset, num_workers, batch_transform, timeout, prefetch_factor, persistent_workers):
         num_workers = 0
     check_arguments(
-        shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch, worker_partition=None,
-        batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, pin_memory=pin_memory, timeout=timeout,
-        native_num_workers="auto", multiprocessing_context=multiprocessing_context, prefetch_factor=prefetch_factor,
-        persistent_workers=persistent_workers, verbose=False, dataloader_kwargs=None)
+        shuffle=shuffle,
+        seed=seed,
+        samples_per_epoch=samples_per_epoch,
+        worker_partition=None,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        drop_last=drop_last,
+        pin_memory=pin_memory,
+        timeout=timeout,
+        native_num_workers="auto",
+        multiprocessing_context=multiprocessing_context,
+        prefetch_factor=prefetch_factor,
+        persistent_workers=persistent_workers,
+        verbose=False,
+        dataloader_kwargs=None,
+    )
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
         raise ArgumentTypeError("columns must be a list of metadata column names")
     spec = dataset.payload_spec
@@ -340,18 +394,46 @@ def to_torch_batches(
         empty = np.empty(0, dtype=np.uint64)
         dataset.sample_columns(empty, empty, list(columns))
     built = _plan_loader(
-        dataset, "to_torch_batches", shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch,
-        partition=None, batch_size=batch_size, drop_last=drop_last, work_dir=work_dir,
-        worker_args={"num_workers": num_workers, "native_num_workers": "auto", "timeout": timeout,
-                     "persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor,
-                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": batch_transform,
-                     "transform_name": "batch_transform"})
+        dataset,
+        "to_torch_batches",
+        shuffle=shuffle,
+        seed=seed,
+        samples_per_epoch=samples_per_epoch,
+        partition=None,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        work_dir=work_dir,
+        worker_args={
+            "num_workers": num_workers,
+            "native_num_workers": "auto",
+            "timeout": timeout,
+            "persistent_workers": persistent_workers,
+            "prefetch_factor": prefetch_factor,
+            "multiprocessing_context": multiprocessing_context,
+            "sample_transform_fn": batch_transform,
+            "transform_name": "batch_transform",
+        },
+    )
     settings = built.settings
-    adapter = BatchLoaderDataset(dataset, built.plan, built.spec, batch_transform, built.worker_seeds, built.work,
-                                 _Typed(length, pad, tuple(columns)))
+    adapter = BatchLoaderDataset(
+        dataset,
+        built.plan,
+        built.spec,
+        batch_transform,
+        built.worker_seeds,
+        built.work,
+        _Typed(length, pad, tuple(columns)),
+    )
     loader = DatasetRTBatchLoader(
-        adapter, batch_size=None, num_workers=settings.processes, pin_memory=pin_memory, timeout=timeout,
-        multiprocessing_context=settings.context, worker_init_fn=worker_init_fn, prefetch_factor=settings.prefetch,
-        persistent_workers=settings.persistent)
+        adapter,
+        batch_size=None,
+        num_workers=settings.processes,
+        pin_memory=pin_memory,
+        timeout=timeout,
+        multiprocessing_context=settings.context,
+        worker_init_fn=worker_init_fn,
+        prefetch_factor=settings.prefetch,
+        persistent_workers=settings.persistent,
+    )
     loader._setup_resume(built.plan, built.explicit_seed, built.partition, built.share)
     return loader

@@ -69,7 +69,8 @@ def _agree(replica: Replica, fingerprint: dict, candidate: int | None) -> int | 
     seed, theirs = objects[0]
     for key, value in fingerprint.items():
         if theirs.get(key) != value:
-            raise ConfigError(f"to_torch_dataloader on rank {replica.rank} differs from rank 0: {key} "
-                              f"(rank 0 {theirs.get(key)!r}, here {value!r}); every rank must build the same plan")
+            raise ConfigError(
+                f"to_torch_dataloader on rank {replica.rank} differs from rank 0: {key} "
+                f"(rank 0 {theirs.get(key)!r}, here {value!r}); every rank must build the same plan"
+            )
     return seed
-

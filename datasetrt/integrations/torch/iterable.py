@@ -115,8 +115,15 @@ class CachedIterableDataset(_PlanDataset):
         ds = self._dataset
         rows = ds.population_rows(population)
         table = "physical" if rows is None else _digest(rows.cache_pos, rows.sample_id, rows.weights)
-        return _with_order({"caches": _caches_digest(ds), "table": table, "seed": ds.reader_config.seed,
-                            "shuffle": ds.reader_config.shuffle}, ds.order_identity(population))
+        return _with_order(
+            {
+                "caches": _caches_digest(ds),
+                "table": table,
+                "seed": ds.reader_config.seed,
+                "shuffle": ds.reader_config.shuffle,
+            },
+            ds.order_identity(population),
+        )
 
     def state_dict(self) -> dict:
         """Main-process position: the dataset's cursor, draw offset and epoch length, and the pass
@@ -132,10 +139,10 @@ class CachedIterableDataset(_PlanDataset):
         progress, current = self._progress, None
         if progress is not None and progress.consumed < progress.window.length:
             if progress.window.population is not population:
-                raise LoaderStateError("the dataset's table changed during the pass in progress; "
-                                       "take the state between passes")
-            current = {"start": progress.window.start, "length": progress.window.length,
-                       "consumed": progress.consumed}
+                raise LoaderStateError(
+                    "the dataset's table changed during the pass in progress; take the state between passes"
+                )
+            current = {"start": progress.window.start, "length": progress.window.length, "consumed": progress.consumed}
         return {**state, "pass": current, **self._identity(population)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -146,8 +153,9 @@ class CachedIterableDataset(_PlanDataset):
         if ds is None or os.getpid() != self._owner_pid:
             raise LoaderStateError("load_state_dict is available on the torch dataset in the process that built it")
         if self._started:
-            raise LoaderStateError("load_state_dict must be called before the torch dataset is iterated; "
-                                   "build a fresh one to resume")
+            raise LoaderStateError(
+                "load_state_dict must be called before the torch dataset is iterated; build a fresh one to resume"
+            )
         if not isinstance(state, Mapping) or state.get("kind") != ITER_STATE_KIND:
             raise ConfigError(f"not a datasetrt torch dataset state (expected kind {ITER_STATE_KIND!r})")
         if state.get("version") != ITER_STATE_VERSION:

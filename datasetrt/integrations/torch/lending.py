@@ -93,7 +93,7 @@ class WorkerRing:
         self._state[slot] = 1
         self._taken.append(slot)
         start = HEADER_BYTES + slot * self.slot_bytes
-        return self.whole[start:start + self.slot_bytes]
+        return self.whole[start : start + self.slot_bytes]
 
     def lend(self, tree: Any) -> Any:
         """`tree` (the item after `batch_transform`) with its tensors over this ring replaced by

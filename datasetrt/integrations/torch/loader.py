@@ -25,7 +25,12 @@ from datasetrt.integrations.torch import distributed
 from datasetrt.integrations.torch.base import _check_identity, _with_order, refuse_advance
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
-    MAX_SAMPLE_BUDGET, WorkerSettings, _loader_event, check_arguments, check_collate_picklable, worker_settings,
+    MAX_SAMPLE_BUDGET,
+    WorkerSettings,
+    _loader_event,
+    check_arguments,
+    check_collate_picklable,
+    worker_settings,
 )
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
 
@@ -137,10 +142,19 @@ class DatasetRTDataLoader(DataLoader):
 
     def _identity(self) -> dict:
         plan = self._plan
-        return _with_order({"caches": plan.caches_digest(), "table": plan.table_digest(), "shuffle": plan.shuffle,
-                            "worker_partition": self._partition, "samples_per_epoch": plan.count,
-                            "batch_size": plan.batch_size, "drop_last": bool(self.drop_last),
-                            "seed": plan.common_seed}, plan.order_identity())
+        return _with_order(
+            {
+                "caches": plan.caches_digest(),
+                "table": plan.table_digest(),
+                "shuffle": plan.shuffle,
+                "worker_partition": self._partition,
+                "samples_per_epoch": plan.count,
+                "batch_size": plan.batch_size,
+                "drop_last": bool(self.drop_last),
+                "seed": plan.common_seed,
+            },
+            plan.order_identity(),
+        )
 
     def state_dict(self) -> dict:
         """Where the next batch comes from: {"epoch", "rows" (plan positions of that epoch the
@@ -153,12 +167,23 @@ class DatasetRTDataLoader(DataLoader):
             epoch, (rows, batches) = self._next_epoch, self._pending
         else:
             layout = cur.layout
-            epoch, rows, batches = cur.epoch, layout.start + cur.yielded * layout.world * layout.batch, \
-                cur.prior + cur.yielded
+            epoch, rows, batches = (
+                cur.epoch,
+                layout.start + cur.yielded * layout.world * layout.batch,
+                cur.prior + cur.yielded,
+            )
             if cur.exhausted or cur.yielded >= layout.batches:
                 epoch, rows, batches = epoch + 1, 0, 0
-        return {"kind": STATE_KIND, "version": STATE_VERSION, "epoch": epoch, "rows": rows, "batches": batches,
-                "world_size": self.world_size, "rank": self.rank, **self._identity()}
+        return {
+            "kind": STATE_KIND,
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            "rows": rows,
+            "batches": batches,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            **self._identity(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where `state` was taken: the next iteration yields exactly the remaining
@@ -167,8 +192,10 @@ class DatasetRTDataLoader(DataLoader):
         Must precede iteration. A state of another plan (caches, table, seed, shuffle, partition,
         sizes) is refused; a loader built with seed="random" adopts the state's seed."""
         if self._started:
-            raise LoaderStateError("load_state_dict must be called before the loader is iterated; "
-                                   "build a fresh loader with the same arguments to resume")
+            raise LoaderStateError(
+                "load_state_dict must be called before the loader is iterated; "
+                "build a fresh loader with the same arguments to resume"
+            )
         if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
             raise ConfigError(f"not a datasetrt DataLoader state (expected kind {STATE_KIND!r})")
         version = state.get("version")
@@ -176,8 +203,14 @@ class DatasetRTDataLoader(DataLoader):
             raise ConfigError(f"unsupported DataLoader state version {version!r}")
         mine = self._identity()
         seed = state.get("seed")
-        adopt = (seed != mine["seed"] and not self._explicit_seed and self._plan.shuffle and not self._plan.frozen
-                 and type(seed) is int and 0 <= seed < 1 << 64)
+        adopt = (
+            seed != mine["seed"]
+            and not self._explicit_seed
+            and self._plan.shuffle
+            and not self._plan.frozen
+            and type(seed) is int
+            and 0 <= seed < 1 << 64
+        )
         _check_identity(state, {k: v for k, v in mine.items() if not (adopt and k == "seed")}, "DataLoader")
         epoch, batches = state.get("epoch"), state.get("batches")
         if version == 1:  # single rank: rows = batches * batch_size
@@ -186,11 +219,21 @@ class DatasetRTDataLoader(DataLoader):
         else:
             world, rows = state.get("world_size"), state.get("rows")
         same = world == self.world_size
-        if (type(epoch) is not int or type(batches) is not int or type(rows) is not int or type(world) is not int
-                or epoch < 0 or batches < 0 or world < 1 or not 0 <= rows <= self._plan.count
-                or (same and batches > self.batches_per_pass)):
-            raise ConfigError(f"DataLoader state has an invalid position (epoch {epoch!r}, batches {batches!r}, "
-                              f"rows {rows!r}, world_size {world!r})")
+        if (
+            type(epoch) is not int
+            or type(batches) is not int
+            or type(rows) is not int
+            or type(world) is not int
+            or epoch < 0
+            or batches < 0
+            or world < 1
+            or not 0 <= rows <= self._plan.count
+            or (same and batches > self.batches_per_pass)
+        ):
+            raise ConfigError(
+                f"DataLoader state has an invalid position (epoch {epoch!r}, batches {batches!r}, "
+                f"rows {rows!r}, world_size {world!r})"
+            )
         if adopt:
             self._plan.common_seed = seed  # seed="random": continue the saved stream
             rank, workers = self.rank, len(self.dataset.worker_seeds)
@@ -204,13 +247,27 @@ class DatasetRTDataLoader(DataLoader):
 
 
 def to_torch_dataloader(
-    dataset: DatasetSeam, *, shuffle: bool = True, seed: int | str = "random",
-    samples_per_epoch: int | None = None, worker_partition: str | None = None, work_dir: Any = None,
-    batch_size: int = 1, num_workers: int | str = "auto", sample_transform_fn: Callable | None = None,
-    collate_fn: Callable | None = None, drop_last: bool = False, pin_memory: bool = False, timeout: float = 0,
-    native_num_workers: int | str = "auto", multiprocessing_context: Any = "spawn",
-    worker_init_fn: Callable | None = None, prefetch_factor: int | str = "auto",
-    persistent_workers: bool | str = "auto", verbose: bool = True, dataloader_kwargs: Mapping | None = None,
+    dataset: DatasetSeam,
+    *,
+    shuffle: bool = True,
+    seed: int | str = "random",
+    samples_per_epoch: int | None = None,
+    worker_partition: str | None = None,
+    work_dir: Any = None,
+    batch_size: int = 1,
+    num_workers: int | str = "auto",
+    sample_transform_fn: Callable | None = None,
+    collate_fn: Callable | None = None,
+    drop_last: bool = False,
+    pin_memory: bool = False,
+    timeout: float = 0,
+    native_num_workers: int | str = "auto",
+    multiprocessing_context: Any = "spawn",
+    worker_init_fn: Callable | None = None,
+    prefetch_factor: int | str = "auto",
+    persistent_workers: bool | str = "auto",
+    verbose: bool = True,
+    dataloader_kwargs: Mapping | None = None,
 ) -> DatasetRTDataLoader:
     """`CachedDataset.to_torch_dataloader(...)`: dataset-rt 0.4.8's arguments, defaults and
     validation messages; a real DataLoader whose batches are the loader plan in order, or this
@@ -218,26 +275,60 @@ def to_torch_dataloader(
     initialised process group of world_size > 1 this is a collective call (one
     `broadcast_object_list`): every rank must call it, with the same arguments."""
     extra = check_arguments(
-        shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch, worker_partition=worker_partition,
-        batch_size=batch_size, num_workers=num_workers, drop_last=drop_last, pin_memory=pin_memory, timeout=timeout,
-        native_num_workers=native_num_workers, multiprocessing_context=multiprocessing_context,
-        prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, verbose=verbose,
-        dataloader_kwargs=dataloader_kwargs)
+        shuffle=shuffle,
+        seed=seed,
+        samples_per_epoch=samples_per_epoch,
+        worker_partition=worker_partition,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        drop_last=drop_last,
+        pin_memory=pin_memory,
+        timeout=timeout,
+        native_num_workers=native_num_workers,
+        multiprocessing_context=multiprocessing_context,
+        prefetch_factor=prefetch_factor,
+        persistent_workers=persistent_workers,
+        verbose=verbose,
+        dataloader_kwargs=dataloader_kwargs,
+    )
     built = _plan_loader(
-        dataset, "to_torch_dataloader", shuffle=shuffle, seed=seed, samples_per_epoch=samples_per_epoch,
-        partition=worker_partition, batch_size=batch_size, drop_last=drop_last, work_dir=work_dir,
-        worker_args={"num_workers": num_workers, "native_num_workers": native_num_workers, "timeout": timeout,
-                     "persistent_workers": persistent_workers, "prefetch_factor": prefetch_factor,
-                     "multiprocessing_context": multiprocessing_context, "sample_transform_fn": sample_transform_fn},
-        collate_fn=collate_fn)
+        dataset,
+        "to_torch_dataloader",
+        shuffle=shuffle,
+        seed=seed,
+        samples_per_epoch=samples_per_epoch,
+        partition=worker_partition,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        work_dir=work_dir,
+        worker_args={
+            "num_workers": num_workers,
+            "native_num_workers": native_num_workers,
+            "timeout": timeout,
+            "persistent_workers": persistent_workers,
+            "prefetch_factor": prefetch_factor,
+            "multiprocessing_context": multiprocessing_context,
+            "sample_transform_fn": sample_transform_fn,
+        },
+        collate_fn=collate_fn,
+    )
     plan, spec, settings, worker_seeds = built.plan, built.spec, built.settings, built.worker_seeds
     processes, prefetch, context = settings.processes, settings.prefetch, settings.context
     rank, world, share, partition = spec.rank, spec.world, built.share, built.partition
     adapter = LoaderDataset(dataset, plan, spec, sample_transform_fn, worker_seeds, built.work)
     loader = DatasetRTDataLoader(
-        adapter, batch_size=batch_size, num_workers=processes, collate_fn=collate_fn, drop_last=drop_last,
-        pin_memory=pin_memory, timeout=timeout, multiprocessing_context=context, worker_init_fn=worker_init_fn,
-        prefetch_factor=prefetch, persistent_workers=settings.persistent, **extra,
+        adapter,
+        batch_size=batch_size,
+        num_workers=processes,
+        collate_fn=collate_fn,
+        drop_last=drop_last,
+        pin_memory=pin_memory,
+        timeout=timeout,
+        multiprocessing_context=context,
+        worker_init_fn=worker_init_fn,
+        prefetch_factor=prefetch,
+        persistent_workers=settings.persistent,
+        **extra,
     )
     loader._setup_resume(plan, built.explicit_seed, partition, share)
     if verbose:
@@ -268,9 +359,20 @@ class _Built:
     work: str | None
 
 
-def _plan_loader(dataset: DatasetSeam, what: str, *, shuffle: bool, seed: int | str, samples_per_epoch: int | None,
-                 partition: str | None, batch_size: int, drop_last: bool, work_dir: Any,
-                 worker_args: dict, collate_fn: Callable | None = None) -> _Built:
+def _plan_loader(
+    dataset: DatasetSeam,
+    what: str,
+    *,
+    shuffle: bool,
+    seed: int | str,
+    samples_per_epoch: int | None,
+    partition: str | None,
+    batch_size: int,
+    drop_last: bool,
+    work_dir: Any,
+    worker_args: dict,
+    collate_fn: Callable | None = None,
+) -> _Built:
     """The sampling plan of a loader over `dataset` (arguments already checked by
     `check_arguments`), in this rank's topology: worker settings, the rank share and its warning,
     the common seed (agreed with rank 0 under a process group: a collective call) and the pass
@@ -282,8 +384,10 @@ def _plan_loader(dataset: DatasetSeam, what: str, *, shuffle: bool, seed: int | 
     replica = distributed.capture_replica()
     rank, world = replica.rank, replica.world_size
     if shuffle and not explicit_seed and world > 1 and not replica.group:
-        raise ConfigError(f"seed='random' with WORLD_SIZE={world} needs an initialised torch.distributed process "
-                          f"group to share rank 0's seed; pass an explicit seed (the same on every rank)")
+        raise ConfigError(
+            f"seed='random' with WORLD_SIZE={world} needs an initialised torch.distributed process "
+            f"group to share rank 0's seed; pass an explicit seed (the same on every rank)"
+        )
     settings = worker_settings(**worker_args, local_world_size=replica.local_world_size)
     check_collate_picklable(collate_fn, settings.context)
 
@@ -301,13 +405,28 @@ def _plan_loader(dataset: DatasetSeam, what: str, *, shuffle: bool, seed: int | 
         work = str(TypeAdapter(DirectoryPath).validate_python(work_dir))
     partition = partition or ("replicate" if shuffle else "split")
 
-    plan = _LoaderPlan(dataset, shuffle=shuffle, common_seed=None, partition=partition, budget=budget,
-                       count=count, batch_size=batch_size, drop_last=drop_last)
+    plan = _LoaderPlan(
+        dataset,
+        shuffle=shuffle,
+        common_seed=None,
+        partition=partition,
+        budget=budget,
+        count=count,
+        batch_size=batch_size,
+        drop_last=drop_last,
+    )
     common = (seed if explicit_seed else secrets.randbits(64)) if shuffle else None
     if replica.group and world > 1:
-        fingerprint = {"caches": plan.caches_digest(), "table": plan.table_digest(), "shuffle": shuffle,
-                       "worker_partition": partition, "samples_per_epoch": budget, "batch_size": batch_size,
-                       "drop_last": drop_last, "seed": seed}
+        fingerprint = {
+            "caches": plan.caches_digest(),
+            "table": plan.table_digest(),
+            "shuffle": shuffle,
+            "worker_partition": partition,
+            "samples_per_epoch": budget,
+            "batch_size": batch_size,
+            "drop_last": drop_last,
+            "seed": seed,
+        }
         common = distributed._agree(replica, fingerprint, common)
     plan.common_seed = common
     consumers = max(1, settings.processes)

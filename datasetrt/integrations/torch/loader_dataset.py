@@ -36,8 +36,18 @@ class _LoaderPlan:
     they do not change it.
     """
 
-    def __init__(self, ds: DatasetSeam, *, shuffle: bool, common_seed: int | None, partition: str,
-                 budget: int, count: int, batch_size: int, drop_last: bool) -> None:
+    def __init__(
+        self,
+        ds: DatasetSeam,
+        *,
+        shuffle: bool,
+        common_seed: int | None,
+        partition: str,
+        budget: int,
+        count: int,
+        batch_size: int,
+        drop_last: bool,
+    ) -> None:
         self._ds = ds
         self._source = ds.cursor_state().population  # the rows (and stream order) the plan selects from
         self.base = ds.population_rows(self._source, expand_physical=True)
@@ -66,12 +76,17 @@ class _LoaderPlan:
             else:
                 order = None if size == rows else np.arange(size, dtype=np.int64)
             if order is None:
-                self._population = self._ds.population_from_rows(base.cache_pos, base.sample_id, base.weights,
-                                                                  source=self._source)
+                self._population = self._ds.population_from_rows(
+                    base.cache_pos, base.sample_id, base.weights, source=self._source
+                )
             else:
-                self._population = self._ds.population_from_rows(base.cache_pos[order], base.sample_id[order],
-                                                                  base.weights[order], source=self._source,
-                                                                  selection=order)
+                self._population = self._ds.population_from_rows(
+                    base.cache_pos[order],
+                    base.sample_id[order],
+                    base.weights[order],
+                    source=self._source,
+                    selection=order,
+                )
         return self._population
 
     def freeze(self) -> Any:
@@ -107,13 +122,26 @@ class LoaderDataset(_PlanDataset):
     rank's batches w, w+K, ... in-process. `sample_transform_fn` runs per sample where the sample
     is read."""
 
-    def __init__(self, dataset: DatasetSeam, plan: _LoaderPlan, spec: _Spec, transform: Callable | None,
-                 worker_seeds: tuple[int, ...], work_dir: str | None) -> None:
+    def __init__(
+        self,
+        dataset: DatasetSeam,
+        plan: _LoaderPlan,
+        spec: _Spec,
+        transform: Callable | None,
+        worker_seeds: tuple[int, ...],
+        work_dir: str | None,
+    ) -> None:
         self._setup(dataset, None, work_dir)
         self._init_passes(plan, spec, transform, worker_seeds, (0, 0))
 
-    def _init_passes(self, plan: _LoaderPlan | None, spec: _Spec, transform: Callable | None,
-                     worker_seeds: tuple[int, ...], pass_: tuple[int, int]) -> None:
+    def _init_passes(
+        self,
+        plan: _LoaderPlan | None,
+        spec: _Spec,
+        transform: Callable | None,
+        worker_seeds: tuple[int, ...],
+        pass_: tuple[int, int],
+    ) -> None:
         self._plan = plan  # None in a spawned copy
         self._spec = spec
         self.sample_transform_fn = transform
@@ -182,8 +210,13 @@ class LoaderDataset(_PlanDataset):
         return _rebuild_loader_dataset, (recipe, spec, self.sample_transform_fn, self.worker_seeds, self._pass)
 
 
-def _rebuild_loader_dataset(recipe: _Recipe | None, spec: _Spec, transform: Callable | None,
-                            worker_seeds: tuple[int, ...], pass_: tuple[int, int]) -> LoaderDataset:
+def _rebuild_loader_dataset(
+    recipe: _Recipe | None,
+    spec: _Spec,
+    transform: Callable | None,
+    worker_seeds: tuple[int, ...],
+    pass_: tuple[int, int],
+) -> LoaderDataset:
     obj = LoaderDataset._rebuilt(recipe)
     obj._init_passes(None, spec, transform, worker_seeds, pass_)
     return obj

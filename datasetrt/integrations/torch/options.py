@@ -27,12 +27,32 @@ from datasetrt.errors import ArgumentTypeError, ConfigError
 LOGGER_NAME = "datasetrt.loader"
 MAX_SAMPLE_BUDGET = min(sys.maxsize, 1 << 53)  # torch computes len(loader) through float division
 
-_RESERVED = frozenset({
-    "dataset", "sampler", "batch_sampler", "shuffle", "seed", "samples_per_epoch", "worker_partition",
-    "work_dir", "batch_size", "num_workers", "sample_transform_fn", "collate_fn", "drop_last",
-    "pin_memory", "timeout", "native_num_workers", "multiprocessing_context", "worker_init_fn",
-    "prefetch_factor", "persistent_workers", "verbose", "dataloader_kwargs",
-})
+_RESERVED = frozenset(
+    {
+        "dataset",
+        "sampler",
+        "batch_sampler",
+        "shuffle",
+        "seed",
+        "samples_per_epoch",
+        "worker_partition",
+        "work_dir",
+        "batch_size",
+        "num_workers",
+        "sample_transform_fn",
+        "collate_fn",
+        "drop_last",
+        "pin_memory",
+        "timeout",
+        "native_num_workers",
+        "multiprocessing_context",
+        "worker_init_fn",
+        "prefetch_factor",
+        "persistent_workers",
+        "verbose",
+        "dataloader_kwargs",
+    }
+)
 
 
 def is_auto(value: Any) -> bool:
@@ -45,10 +65,24 @@ def _check_count(value: Any, name: str, minimum: int, maximum: int) -> None:
     raise ConfigError(f"{name} must be 'auto' or an integer between {minimum} and {maximum}")
 
 
-def check_arguments(*, shuffle: Any, seed: Any, samples_per_epoch: Any, worker_partition: Any, batch_size: Any,
-                    num_workers: Any, drop_last: Any, pin_memory: Any, timeout: Any, native_num_workers: Any,
-                    multiprocessing_context: Any, prefetch_factor: Any, persistent_workers: Any, verbose: Any,
-                    dataloader_kwargs: Mapping | None) -> dict:
+def check_arguments(
+    *,
+    shuffle: Any,
+    seed: Any,
+    samples_per_epoch: Any,
+    worker_partition: Any,
+    batch_size: Any,
+    num_workers: Any,
+    drop_last: Any,
+    pin_memory: Any,
+    timeout: Any,
+    native_num_workers: Any,
+    multiprocessing_context: Any,
+    prefetch_factor: Any,
+    persistent_workers: Any,
+    verbose: Any,
+    dataloader_kwargs: Mapping | None,
+) -> dict:
     """The checks that need no topology, in dataset-rt's order (its messages, `ConfigError`);
     returns the extra DataLoader keyword arguments."""
     extra = dict(dataloader_kwargs) if dataloader_kwargs is not None else {}
@@ -63,8 +97,9 @@ def check_arguments(*, shuffle: Any, seed: Any, samples_per_epoch: Any, worker_p
             raise ConfigError(f"{name} must be a boolean")
     if type(batch_size) is not int or not 1 <= batch_size <= sys.maxsize:
         raise ConfigError("batch_size must be a positive integer fitting sys.maxsize")
-    if samples_per_epoch is not None and (type(samples_per_epoch) is not int
-                                          or not 1 <= samples_per_epoch <= MAX_SAMPLE_BUDGET):
+    if samples_per_epoch is not None and (
+        type(samples_per_epoch) is not int or not 1 <= samples_per_epoch <= MAX_SAMPLE_BUDGET
+    ):
         raise ConfigError(f"samples_per_epoch must be a positive integer <= {MAX_SAMPLE_BUDGET} or None")
     if not math.isfinite(timeout) or timeout < 0:
         raise ConfigError("timeout must be finite and nonnegative")
@@ -80,7 +115,8 @@ def check_arguments(*, shuffle: Any, seed: Any, samples_per_epoch: Any, worker_p
             raise ConfigError("seed must be 'random' or an unsigned 64-bit integer")
     ctx_ok = isinstance(multiprocessing_context, BaseContext) or (
         isinstance(multiprocessing_context, str)
-        and (multiprocessing_context == "inherit" or multiprocessing_context in get_all_start_methods()))
+        and (multiprocessing_context == "inherit" or multiprocessing_context in get_all_start_methods())
+    )
     if not ctx_ok:
         raise ConfigError("multiprocessing_context must be 'inherit', an available start method, or BaseContext")
     if worker_partition is not None and worker_partition not in ("split", "replicate"):
@@ -122,17 +158,25 @@ class _PickleSink:
         return len(data)
 
 
-def worker_settings(*, num_workers: Any, native_num_workers: Any, timeout: float, persistent_workers: Any,
-                    prefetch_factor: Any, multiprocessing_context: Any, sample_transform_fn: Callable | None,
-                    local_world_size: int, transform_name: str = "sample_transform_fn") -> WorkerSettings:
+def worker_settings(
+    *,
+    num_workers: Any,
+    native_num_workers: Any,
+    timeout: float,
+    persistent_workers: Any,
+    prefetch_factor: Any,
+    multiprocessing_context: Any,
+    sample_transform_fn: Callable | None,
+    local_world_size: int,
+    transform_name: str = "sample_transform_fn",
+) -> WorkerSettings:
     """Resolve "auto" for `local_world_size` processes sharing this machine's CPUs, then the
     checks that depend on the worker count (dataset-rt's order and messages; `transform_name`
     names the transform argument in them)."""
     local = local_world_size
     cpus = available_cpus() if is_auto(num_workers) or is_auto(native_num_workers) else 1
     processes = min(4, max(0, cpus // local - 1)) if is_auto(num_workers) else num_workers
-    threads = (max(1, min(4, cpus // (max(1, processes) * local))) if is_auto(native_num_workers)
-               else native_num_workers)
+    threads = max(1, min(4, cpus // (max(1, processes) * local))) if is_auto(native_num_workers) else native_num_workers
     if processes == 0 and timeout != 0:
         raise ConfigError("timeout must be zero with num_workers=0")
     if is_auto(persistent_workers):
@@ -171,7 +215,8 @@ def check_collate_picklable(collate_fn: Callable | None, context: BaseContext | 
     except Exception as error:
         raise ArgumentTypeError(
             f"collate_fn must be picklable with multiprocessing_context={context.get_start_method()!r} "
-            f"({error}); use a module-level function or multiprocessing_context='fork'") from error
+            f"({error}); use a module-level function or multiprocessing_context='fork'"
+        ) from error
 
 
 def _loader_event(message: str) -> None:

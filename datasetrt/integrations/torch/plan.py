@@ -56,15 +56,18 @@ class RankShare:
         if self.effective == self.requested:
             return None
         word, k = ("padded", self.padded) if self.padded else ("discarded", self.discarded)
-        return (f"samples_per_epoch adjusted: requested {self.requested} global samples, effective "
-                f"{self.effective}; {word} {k} for equal rank batch counts")
+        return (
+            f"samples_per_epoch adjusted: requested {self.requested} global samples, effective "
+            f"{self.effective}; {word} {k} for equal rank batch counts"
+        )
 
 
 def rank_share(requested: int, world_size: int, batch_size: int, drop_last: bool) -> RankShare:
     per_rank = rank_count(requested, world_size, batch_size, drop_last)
     effective = per_rank * world_size
-    return RankShare(requested, world_size, per_rank, effective, max(0, effective - requested),
-                     max(0, requested - effective))
+    return RankShare(
+        requested, world_size, per_rank, effective, max(0, effective - requested), max(0, requested - effective)
+    )
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,16 @@ class _Share:
     Without `layout`: a single rank's blocks of `block_rows` from block `first_block` on.
     """
 
-    def __init__(self, window: Any, worker: int = 0, workers: int = 1, block_rows: int = 1, first_block: int = 0,
-                 *, layout: _Layout | None = None) -> None:
+    def __init__(
+        self,
+        window: Any,
+        worker: int = 0,
+        workers: int = 1,
+        block_rows: int = 1,
+        first_block: int = 0,
+        *,
+        layout: _Layout | None = None,
+    ) -> None:
         if layout is None:
             layout = _Layout(window.length, min(first_block * block_rows, window.length), block_rows, False)
         self.window = window

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasetrt.values.config import ReaderConfig
 from datasetrt.errors import CacheFormatError
 from datasetrt.integrations.torch.snapshot import read_snapshot, write_snapshot
+from datasetrt.values.config import ReaderConfig
 
 if TYPE_CHECKING:
     # Not imported at run time: datasets arrive as arguments, and a spawned worker reopens its
@@ -47,8 +47,9 @@ class _PlanReader:
     plan draws from, and whether records' embedded metadata is checked (None: as the dataset's
     validate_cache says)."""
 
-    def __init__(self, ds: DatasetSeam, population: Any, check_embedded: bool | None = None,
-                 mapping: Any = None) -> None:
+    def __init__(
+        self, ds: DatasetSeam, population: Any, check_embedded: bool | None = None, mapping: Any = None
+    ) -> None:
         self.pid = os.getpid()
         self.ds = ds
         self.population = population
@@ -70,7 +71,8 @@ class _PlanReader:
         population = ds.import_population(export)
         if len(population) != recipe.rows:
             raise CacheFormatError(
-                f"population snapshot has {len(population)} rows, expected {recipe.rows}: {recipe.snapshot}")
+                f"population snapshot has {len(population)} rows, expected {recipe.rows}: {recipe.snapshot}"
+            )
         return cls(ds, population, validate, mapping)
 
     def read(self, window: Any, transform: Callable | None) -> Iterator[Any]:
@@ -80,8 +82,14 @@ class _PlanReader:
     def read_batches(self, window: Any, batch_size: int, buffers: Any) -> Iterator[Any]:
         """`window` (a worker's share) as SampleBatches of `batch_size`, gathered in this process
         into `buffers`' arrays (`CachedDataset.read_window_batches`), without metadata tables."""
-        return self.ds.read_window_batches(window, batch_size, with_metadata=False, in_process=True,
-                                           check_embedded=self.check_embedded, buffers=buffers)
+        return self.ds.read_window_batches(
+            window,
+            batch_size,
+            with_metadata=False,
+            in_process=True,
+            check_embedded=self.check_embedded,
+            buffers=buffers,
+        )
 
 
 class _TempDir:
@@ -130,5 +138,4 @@ class _Snapshots:
         """How a spawned worker reopens `ds` and maps `population`."""
         path = self.path_for(ds, population)
         caches = ds.cache_identity()
-        return _Recipe(type(ds), caches.cache_dirs, ds.reader_config.model_dump(), caches.key, path,
-                       len(population))
+        return _Recipe(type(ds), caches.cache_dirs, ds.reader_config.model_dump(), caches.key, path, len(population))

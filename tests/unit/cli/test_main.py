@@ -65,9 +65,11 @@ def test_inspect_reads_everything_it_can_and_names_every_damaged_file(write_cach
     assert f"shards/000000.bin        DAMAGED: {shard.stat().st_size:,} bytes, expected" in second
     assert "checksums.xxh3           DAMAGED: cannot be read: No such file or directory" in second
     assert "status      damaged (2 problems)" in second
-    assert err.splitlines() == [f"error: {shard}: {shard.stat().st_size:,} bytes, expected {shard.stat().st_size + 3:,} "
-                                "(the manifest's byte_len)",
-                                f"error: {bad}/checksums.xxh3: cannot be read: No such file or directory (os error 2)"]
+    assert err.splitlines() == [
+        f"error: {shard}: {shard.stat().st_size:,} bytes, expected {shard.stat().st_size + 3:,} "
+        "(the manifest's byte_len)",
+        f"error: {bad}/checksums.xxh3: cannot be read: No such file or directory (os error 2)",
+    ]
 
 
 def test_inspect_damaged_metadata_and_missing_manifest(write_caches, tmp_path, capsys):
@@ -84,7 +86,9 @@ def test_inspect_damaged_metadata_and_missing_manifest(write_caches, tmp_path, c
     assert main(["inspect", str(cache)]) == 1
     out, err = capsys.readouterr()
     assert "holds checksums.xxh3, index.bin, metadata.arrow, shards/" in out
-    assert "manifest.json            DAMAGED: MissingManifestError: missing manifest" in out and "missing manifest" in err
+    assert (
+        "manifest.json            DAMAGED: MissingManifestError: missing manifest" in out and "missing manifest" in err
+    )
 
 
 def test_inspect_json_for_several_directories_is_a_list(write_caches, capsys):

@@ -53,8 +53,22 @@ def test_command_tree_totals_child_csv_and_exit_code(tmp_path):
     parent.write_text(PARENT)
     child.write_text(CHILD)
     pid_file, csv_file, json_file = tmp_path / "child.pid", tmp_path / "samples.csv", tmp_path / "summary.json"
-    out = run_pss("--interval", "0.05", "--csv", str(csv_file), "--json", str(json_file), "--",
-                  sys.executable, str(parent), str(pid_file), "7", str(PARENT_ALLOC), str(child), str(CHILD_ALLOC))
+    out = run_pss(
+        "--interval",
+        "0.05",
+        "--csv",
+        str(csv_file),
+        "--json",
+        str(json_file),
+        "--",
+        sys.executable,
+        str(parent),
+        str(pid_file),
+        "7",
+        str(PARENT_ALLOC),
+        str(child),
+        str(CHILD_ALLOC),
+    )
     assert out.returncode == 7, out.stderr  # the command's exit code
     child_pid = int(pid_file.read_text())
     summary = json.loads(json_file.read_text())
@@ -77,8 +91,17 @@ def test_command_tree_totals_child_csv_and_exit_code(tmp_path):
 
     with open(csv_file, newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["t_s", "unix_time", "pid", "ppid", "name", "pss_bytes", "uss_bytes", "rss_bytes",
-                             "shared_bytes"]
+    assert list(rows[0]) == [
+        "t_s",
+        "unix_time",
+        "pid",
+        "ppid",
+        "name",
+        "pss_bytes",
+        "uss_bytes",
+        "rss_bytes",
+        "shared_bytes",
+    ]
     assert {r["pid"] for r in rows} >= {str(summary["pid"]), str(child_pid), "total"}
     for r in rows:
         assert int(r["shared_bytes"]) == int(r["rss_bytes"]) - int(r["uss_bytes"])
@@ -101,8 +124,11 @@ def test_signal_death_exit_code_and_start_failure(tmp_path):
 
 
 def test_attach_to_pid_with_duration():
-    target = subprocess.Popen([sys.executable, "-c", f"import sys, time; d = b'x' * {PARENT_ALLOC}; print('ok', flush=True); "
-                               "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    target = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, time; d = b'x' * {PARENT_ALLOC}; print('ok', flush=True); time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert target.stdout.readline().strip() == "ok"
         start = time.monotonic()
@@ -118,7 +144,9 @@ def test_attach_to_pid_with_duration():
 
 def test_duration_ends_a_command_and_usage_errors(tmp_path):
     json_file = tmp_path / "s.json"
-    out = run_pss("--duration", "0.3", "--json", str(json_file), "--", sys.executable, "-c", "import time; time.sleep(30)")
+    out = run_pss(
+        "--duration", "0.3", "--json", str(json_file), "--", sys.executable, "-c", "import time; time.sleep(30)"
+    )
     assert out.returncode == 128 + 15  # SIGTERM, like timeout(1)
     assert json.loads(json_file.read_text())["timed_out"] is True
     assert run_pss().returncode == 2  # neither --pid nor a command
@@ -148,8 +176,17 @@ def test_png_without_matplotlib_exits_2_naming_the_bench_extra(tmp_path):
 def test_scripts_pss_is_the_same_tool(tmp_path):
     """The checkout's scripts/pss runs datasetrt/cli/pss.py: same report, JSON and exit code."""
     json_file = tmp_path / "s.json"
-    out = run_pss("--interval", "0.05", "--json", str(json_file), "--", sys.executable, "-c", "import sys; sys.exit(3)",
-                  tool=[sys.executable, str(PSS)])
+    out = run_pss(
+        "--interval",
+        "0.05",
+        "--json",
+        str(json_file),
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
+        tool=[sys.executable, str(PSS)],
+    )
     assert out.returncode == 3, out.stderr
     assert out.stderr.startswith("scripts/pss: ") and "exited with code 3" in out.stderr
     assert json.loads(json_file.read_text())["exit_code"] == 3

@@ -34,7 +34,9 @@ def write_past_fsize_limit(tmp_path, limit_bytes: int, num_workers: int, items: 
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
             rt = drt.DatasetRuntime(num_workers=num_workers)
-            results = rt.write_cache([Raw("big", items), Raw("small", [(b"x", {"a": 1})])], tmp_path, writer_config=QUIET)
+            results = rt.write_cache(
+                [Raw("big", items), Raw("small", [(b"x", {"a": 1})])], tmp_path, writer_config=QUIET
+            )
             rt.close()
             os.write(write_end, json.dumps([[type(r).__name__, str(r[0]), str(r[1])] for r in results]).encode())
             code = 0

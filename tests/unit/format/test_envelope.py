@@ -61,7 +61,7 @@ def test_format_float_round_trips_bit_exactly(x):
         exp = text.split("e")[1]
         assert exp[0] in "+-" and not exp[1:].startswith("0")
     else:
-        assert "." in text and 1e-5 <= abs(x) < 1e16 or x == 0.0
+        assert ("." in text and 1e-5 <= abs(x) < 1e16) or x == 0.0
 
 
 @pytest.mark.parametrize(
@@ -117,7 +117,7 @@ class Color(enum.IntEnum):
     RED = 1
 
 
-class Shade(str, enum.Enum):
+class Shade(str, enum.Enum):  # noqa: UP042 (a str subclass whose str() is not its value)
     DARK = "dark"
 
 

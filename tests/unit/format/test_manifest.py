@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from datasetrt.values.codecs import MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN
 from datasetrt.errors import ManifestJSONError, MissingManifestError
 from datasetrt.format.manifest import (
     MAX_SAMPLE_COUNT,
@@ -20,17 +19,26 @@ from datasetrt.format.manifest import (
     parse_manifest,
     read_manifest,
 )
+from datasetrt.values.codecs import MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN
 
 PATH = Path("/caches/c/manifest.json")
 SHA = "ab" * 32
 
 
 def manifest(**kw):
-    fields = dict(cache_id=2**64 - 1, source_name="c", sample_count=3,
-                  metadata_schema=(("index", "int"), ("label", "string")), metadata_sha256=SHA, index_sha256=SHA,
-                  shards=(ShardEntry("000000.bin", 30, 20, "zstd", 1.5, SHA, level=3),
-                          ShardEntry("000001.bin", 9, 9, "none", 1.0, SHA)),
-                  checksums=ChecksumSidecar("checksums.xxh3", "xxh3_64", SHA))
+    fields = {
+        "cache_id": 2**64 - 1,
+        "source_name": "c",
+        "sample_count": 3,
+        "metadata_schema": (("index", "int"), ("label", "string")),
+        "metadata_sha256": SHA,
+        "index_sha256": SHA,
+        "shards": (
+            ShardEntry("000000.bin", 30, 20, "zstd", 1.5, SHA, level=3),
+            ShardEntry("000001.bin", 9, 9, "none", 1.0, SHA),
+        ),
+        "checksums": ChecksumSidecar("checksums.xxh3", "xxh3_64", SHA),
+    }
     return new_manifest(**{**fields, **kw})
 
 
@@ -57,8 +65,17 @@ def test_round_trip():
     assert parse_manifest(m.to_json().encode(), PATH) == m
     text = m.to_json()
     assert text.endswith("}\n") and text.startswith('{\n  "format_version": 3,\n  "cache_id": 18446744073709551615')
-    assert list(json.loads(text)) == ["format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
-                                      "metadata_sha256", "index_sha256", "shards", "datasetrt"]
+    assert list(json.loads(text)) == [
+        "format_version",
+        "cache_id",
+        "source_name",
+        "sample_count",
+        "metadata_schema",
+        "metadata_sha256",
+        "index_sha256",
+        "shards",
+        "datasetrt",
+    ]
 
 
 def test_v2_has_no_cache_id_and_unknown_keys_are_kept():
@@ -101,21 +118,24 @@ def test_zstd_level_out_of_range_or_not_an_integer_is_refused(level):
     refused(d, "for field `level`", "expected a zstd level", "in shards[0].compression")
 
 
-@pytest.mark.parametrize("key, value, fragments", [
-    ("format_version", 4, ["unsupported format version 4"]),
-    ("format_version", 1, ["unsupported format version 1"]),
-    ("sample_count", MAX_SAMPLE_COUNT + 1, ["`sample_count`", f"[0, {MAX_SAMPLE_COUNT}]"]),
-    ("sample_count", -1, ["integer `-1`, expected u64 for field `sample_count`"]),
-    ("sample_count", 3.0, ["`sample_count`"]),
-    ("sample_count", True, ["`sample_count`"]),
-    ("cache_id", 2**64, ["`cache_id`"]),
-    ("cache_id", -1, ["integer `-1`, expected u64 for field `cache_id`"]),
-    ("source_name", 5, ["`source_name`", "expected a string"]),
-    ("metadata_sha256", SHA.upper(), ["`metadata_sha256`", "64 lowercase hex digits"]),
-    ("index_sha256", SHA[:-1], ["`index_sha256`"]),
-    ("shards", {}, ["`shards`", "expected a sequence"]),
-    ("metadata_schema", None, ["`metadata_schema`"]),
-])
+@pytest.mark.parametrize(
+    "key, value, fragments",
+    [
+        ("format_version", 4, ["unsupported format version 4"]),
+        ("format_version", 1, ["unsupported format version 1"]),
+        ("sample_count", MAX_SAMPLE_COUNT + 1, ["`sample_count`", f"[0, {MAX_SAMPLE_COUNT}]"]),
+        ("sample_count", -1, ["integer `-1`, expected u64 for field `sample_count`"]),
+        ("sample_count", 3.0, ["`sample_count`"]),
+        ("sample_count", True, ["`sample_count`"]),
+        ("cache_id", 2**64, ["`cache_id`"]),
+        ("cache_id", -1, ["integer `-1`, expected u64 for field `cache_id`"]),
+        ("source_name", 5, ["`source_name`", "expected a string"]),
+        ("metadata_sha256", SHA.upper(), ["`metadata_sha256`", "64 lowercase hex digits"]),
+        ("index_sha256", SHA[:-1], ["`index_sha256`"]),
+        ("shards", {}, ["`shards`", "expected a sequence"]),
+        ("metadata_schema", None, ["`metadata_schema`"]),
+    ],
+)
 def test_top_level_fields(key, value, fragments):
     d = doc()
     d[key] = value
@@ -128,25 +148,39 @@ def test_sample_count_at_its_maximum_is_accepted():
     assert parse(d).sample_count == MAX_SAMPLE_COUNT
 
 
-@pytest.mark.parametrize("key", ["format_version", "source_name", "sample_count", "metadata_schema",
-                                 "metadata_sha256", "index_sha256", "shards", "cache_id"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "format_version",
+        "source_name",
+        "sample_count",
+        "metadata_schema",
+        "metadata_sha256",
+        "index_sha256",
+        "shards",
+        "cache_id",
+    ],
+)
 def test_missing_field(key):
     d = doc()
     del d[key]
     refused(d, f"missing field `{key}`")
 
 
-@pytest.mark.parametrize("shard, fragments", [
-    ({"name": "../000000.bin"}, ["invalid shard name", "shards[0]"]),
-    ({"byte_len": -1}, ["expected u64 for field `byte_len` in shards[0]"]),
-    ({"uncompressed_byte_len": 2**63}, ["`uncompressed_byte_len`", "in shards[0]"]),
-    ({"sha256": "x"}, ["`sha256`", "in shards[0]"]),
-    ({"compression": {"algo": "brotli", "ratio": 1.0}}, ["unknown variant `brotli`", "`none`, `lz4`, `zstd`"]),
-    ({"compression": {"algo": "lz4", "ratio": 0}}, ["`ratio`", "a positive finite number"]),
-    ({"compression": {"algo": "lz4", "ratio": float("inf")}}, ["`ratio`"]),
-    ({"compression": {"algo": "lz4", "ratio": "1"}}, ["`ratio`"]),
-    ({"compression": "lz4"}, ["expected a map in shards[0].compression"]),
-])
+@pytest.mark.parametrize(
+    "shard, fragments",
+    [
+        ({"name": "../000000.bin"}, ["invalid shard name", "shards[0]"]),
+        ({"byte_len": -1}, ["expected u64 for field `byte_len` in shards[0]"]),
+        ({"uncompressed_byte_len": 2**63}, ["`uncompressed_byte_len`", "in shards[0]"]),
+        ({"sha256": "x"}, ["`sha256`", "in shards[0]"]),
+        ({"compression": {"algo": "brotli", "ratio": 1.0}}, ["unknown variant `brotli`", "`none`, `lz4`, `zstd`"]),
+        ({"compression": {"algo": "lz4", "ratio": 0}}, ["`ratio`", "a positive finite number"]),
+        ({"compression": {"algo": "lz4", "ratio": float("inf")}}, ["`ratio`"]),
+        ({"compression": {"algo": "lz4", "ratio": "1"}}, ["`ratio`"]),
+        ({"compression": "lz4"}, ["expected a map in shards[0].compression"]),
+    ],
+)
 def test_shard_fields(shard, fragments):
     d = doc()
     d["shards"][0].update(shard)
@@ -170,25 +204,31 @@ def test_ratio_and_compression_are_required_as_dataset_rt_requires_them():
     refused(d, "missing field `compression`", "in shards[1]")
 
 
-@pytest.mark.parametrize("schema, fragments", [
-    ([{"name": "a", "kind": "int"}, {"name": "a", "kind": "float"}], ["duplicate metadata column `a`"]),
-    ([{"name": "a", "kind": "bytes"}], ["unknown variant `bytes`", "in metadata_schema[0]"]),
-    ([{"name": "a"}], ["missing field `kind` in metadata_schema[0]"]),
-    (["a"], ["expected a map in metadata_schema[0]"]),
-])
+@pytest.mark.parametrize(
+    "schema, fragments",
+    [
+        ([{"name": "a", "kind": "int"}, {"name": "a", "kind": "float"}], ["duplicate metadata column `a`"]),
+        ([{"name": "a", "kind": "bytes"}], ["unknown variant `bytes`", "in metadata_schema[0]"]),
+        ([{"name": "a"}], ["missing field `kind` in metadata_schema[0]"]),
+        (["a"], ["expected a map in metadata_schema[0]"]),
+    ],
+)
 def test_metadata_schema(schema, fragments):
     d = doc()
     d["metadata_schema"] = schema
     refused(d, *fragments)
 
 
-@pytest.mark.parametrize("sidecar", [
-    {"file": "../x", "algo": "xxh3_64", "sha256": SHA},
-    {"file": "", "algo": "xxh3_64", "sha256": SHA},
-    {"file": "..", "algo": "xxh3_64", "sha256": SHA},
-    {"file": "a\0b", "algo": "xxh3_64", "sha256": SHA},
-    {"file": "c.xxh3", "algo": "crc32", "sha256": SHA},
-])
+@pytest.mark.parametrize(
+    "sidecar",
+    [
+        {"file": "../x", "algo": "xxh3_64", "sha256": SHA},
+        {"file": "", "algo": "xxh3_64", "sha256": SHA},
+        {"file": "..", "algo": "xxh3_64", "sha256": SHA},
+        {"file": "a\0b", "algo": "xxh3_64", "sha256": SHA},
+        {"file": "c.xxh3", "algo": "crc32", "sha256": SHA},
+    ],
+)
 def test_hostile_sidecar(sidecar):
     d = doc()
     d["datasetrt"]["record_checksums"] = sidecar
@@ -210,28 +250,33 @@ def test_payload_spec():
     m = parse(d)
     assert m.payload_spec == ("float32", (None, 3))
     assert json.loads(m.to_json())["datasetrt"]["payload_spec"] == {"dtype": "float32", "shape": [None, 3]}
-    for bad, fragment in [({"dtype": "float32", "shape": [3], "x": 1}, "unknown field `x`"),
-                          ({"dtype": "f4", "shape": [3]}, "`dtype`"),
-                          ({"dtype": "float32", "shape": [None, None]}, "`shape`")]:
+    for bad, fragment in [
+        ({"dtype": "float32", "shape": [3], "x": 1}, "unknown field `x`"),
+        ({"dtype": "f4", "shape": [3]}, "`dtype`"),
+        ({"dtype": "float32", "shape": [None, None]}, "`shape`"),
+    ]:
         d["datasetrt"]["payload_spec"] = bad
         refused(d, fragment, "datasetrt.payload_spec")
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b"\xff{}", "manifest is not UTF-8"),
-    (b'{"format_version": 3, "format_version": 3}', "duplicate manifest field `format_version`"),
-    (b'{"format_version": 3,', "EOF while parsing an object at line 1 column 21"),
-    (b'{"a": [1, 2', "EOF while parsing a list"),
-    (b'{"a": "x', "EOF while parsing a string"),
-    (b'{"a": "x\\"', "EOF while parsing a string"),  # an escaped quote does not end the string
-    (b'{"a": "x\\"", "b": [1', "EOF while parsing a list"),  # ... and the character after it is not escaped
-    (b'{\n  "a": 1,', "EOF while parsing an object at line 2 column 9"),  # the column counts from the last newline
-    (b"", "EOF while parsing a value at line 1 column 0"),
-    (b'{"a": 1}}', "syntax error"),
-    (b"[" * 100_000, "JSON error"),
-    (b'{"sample_count": ' + b"9" * 5000 + b"}", "number out of range"),
-    (b"[]", "expected a map"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b"\xff{}", "manifest is not UTF-8"),
+        (b'{"format_version": 3, "format_version": 3}', "duplicate manifest field `format_version`"),
+        (b'{"format_version": 3,', "EOF while parsing an object at line 1 column 21"),
+        (b'{"a": [1, 2', "EOF while parsing a list"),
+        (b'{"a": "x', "EOF while parsing a string"),
+        (b'{"a": "x\\"', "EOF while parsing a string"),  # an escaped quote does not end the string
+        (b'{"a": "x\\"", "b": [1', "EOF while parsing a list"),  # ... and the character after it is not escaped
+        (b'{\n  "a": 1,', "EOF while parsing an object at line 2 column 9"),  # the column counts from the last newline
+        (b"", "EOF while parsing a value at line 1 column 0"),
+        (b'{"a": 1}}', "syntax error"),
+        (b"[" * 100_000, "JSON error"),
+        (b'{"sample_count": ' + b"9" * 5000 + b"}", "number out of range"),
+        (b"[]", "expected a map"),
+    ],
+)
 def test_malformed_documents(raw, fragment):
     with pytest.raises(ManifestJSONError, match=fragment) as info:
         parse_manifest(raw, PATH)
@@ -265,8 +310,8 @@ def test_an_unreadable_manifest_is_an_io_error_naming_it(tmp_path):
 def test_dictionary_id_and_size_at_their_limits_are_accepted():
     """zstd dictionary ids are u32 (2**32 - 1 is valid) and a size is 1..DICT_MAX_BYTES; the values
     just outside are refused in tests/unit/format/test_dictionary.py."""
-    from datasetrt.values.codecs import DICT_MAX_BYTES
     from datasetrt.format.manifest import DictionaryFile
+    from datasetrt.values.codecs import DICT_MAX_BYTES
 
     shards = (ShardEntry("000000.bin", 10, 10, "zstd_dict", 1.0, SHA, level=3),)
     for dict_id, byte_len in [(2**32 - 1, 1), (1, DICT_MAX_BYTES)]:
@@ -304,8 +349,12 @@ def test_parsed_manifests_and_their_entries_are_immutable():
 
     shards = (ShardEntry("000000.bin", 30, 20, "zstd_dict", 1.0, SHA, level=3),)
     m = parse(doc(shards=shards, dictionary=DictionaryFile("dictionary.zstd", 7, 100, SHA)))
-    for entry, field in [(m, "sample_count"), (m.shards[0], "byte_len"), (m.checksums, "sha256"),
-                         (m.dictionary, "dict_id")]:
+    for entry, field in [
+        (m, "sample_count"),
+        (m.shards[0], "byte_len"),
+        (m.checksums, "sha256"),
+        (m.dictionary, "dict_id"),
+    ]:
         with pytest.raises(FrozenInstanceError):
             setattr(entry, field, 1)
 

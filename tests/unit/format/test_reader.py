@@ -17,7 +17,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 import datasetrt as drt
-from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, DatasetRTError, IntegrityError
+from datasetrt.errors import CacheFormatError, CacheIOError, DatasetRTError, IntegrityError
 from datasetrt.format.reader import CacheHandle
 from tests.conftest import ListSource, sample_items, writer_config
 from tests.integrity.corrupt import METADATA_FRAMINGS, edit_manifest, rehash
@@ -28,8 +28,11 @@ N = 7
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     with drt.DatasetRuntime(num_workers=1) as rt:
-        [res] = rt.write_cache(ListSource("r", sample_items(N, tag="r")), tmp_path_factory.mktemp("reader"),
-                               writer_config=writer_config("lz4", max_shard_bytes=512))
+        [res] = rt.write_cache(
+            ListSource("r", sample_items(N, tag="r")),
+            tmp_path_factory.mktemp("reader"),
+            writer_config=writer_config("lz4", max_shard_bytes=512),
+        )
     return Path(res.path)
 
 
@@ -79,9 +82,11 @@ def test_large_strings_reach_get_metadata_and_validate_cache(cache):
         assert ds.get_metadata()["label"].to_list() == original.column("label").to_pylist()
 
 
-@pytest.mark.parametrize("type_", [pa.binary(), pa.large_binary(), pa.dictionary(pa.int32(), pa.string()),
-                                   pa.list_(pa.string())],
-                         ids=["binary", "large_binary", "dictionary", "list"])  # a list cannot even be cast to utf8
+@pytest.mark.parametrize(
+    "type_",
+    [pa.binary(), pa.large_binary(), pa.dictionary(pa.int32(), pa.string()), pa.list_(pa.string())],
+    ids=["binary", "large_binary", "dictionary", "list"],
+)  # a list cannot even be cast to utf8
 def test_other_types_for_a_string_column_are_refused(cache, type_):
     rewrite_metadata(cache, with_label_type(stored_table(cache), type_))
     handle = CacheHandle.open(cache)
@@ -136,7 +141,9 @@ def test_row_count_and_hash(cache):
     assert handle.read_metadata(validating=True).to_pydict() == table.to_pydict()  # validate_cache hashes at open
 
 
-@pytest.mark.parametrize("data, cls, message", [f[1:] for f in METADATA_FRAMINGS], ids=[f[0] for f in METADATA_FRAMINGS])
+@pytest.mark.parametrize(
+    "data, cls, message", [f[1:] for f in METADATA_FRAMINGS], ids=[f[0] for f in METADATA_FRAMINGS]
+)
 def test_framing(cache, data, cls, message):
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(cls, match=message):
@@ -152,7 +159,7 @@ def test_a_footer_right_after_the_leading_magic_has_a_plausible_length(cache):
         pass
     empty = sink.getvalue().to_pybytes()
     footer_len = int.from_bytes(empty[-10:-6], "little")
-    data = b"ARROW1\0\0" + empty[-10 - footer_len:-10] + footer_len.to_bytes(4, "little") + b"ARROW1"
+    data = b"ARROW1\0\0" + empty[-10 - footer_len : -10] + footer_len.to_bytes(4, "little") + b"ARROW1"
     assert footer_len == len(data) - 18
     (cache / "metadata.arrow").write_bytes(data)
     with pytest.raises(CacheFormatError, match=f"expected {N}, got 0"):
@@ -165,7 +172,7 @@ def test_a_footer_that_fails_verification_is_a_typed_error(cache):
     path = cache / "metadata.arrow"
     data = bytearray(path.read_bytes())
     footer_len = int.from_bytes(data[-10:-6], "little")
-    data[-10 - footer_len:-10] = b"\xff" * footer_len
+    data[-10 - footer_len : -10] = b"\xff" * footer_len
     path.write_bytes(bytes(data))
     with pytest.raises(OSError, match="Verification of flatbuffer-encoded Footer failed"):
         ipc.open_file(pa.py_buffer(bytes(data)))  # the raw error this test is about
@@ -235,7 +242,7 @@ def test_index_replaced_after_open_by_one_of_the_same_size_is_refused_at_first_m
     index = cache / "index.bin"
     data = index.read_bytes()
     swapped = cache / "index.bin.new"
-    swapped.write_bytes(b"".join(reversed([data[k: k + 24] for k in range(0, len(data), 24)])))
+    swapped.write_bytes(b"".join(reversed([data[k : k + 24] for k in range(0, len(data), 24)])))
     os.replace(swapped, index)
     with pytest.raises(CacheFormatError, match=f"cache changed on disk since it was opened: {cache}"):
         handle.index_map()
@@ -287,8 +294,10 @@ def test_validate_deep_checks_every_index_entry(cache):
             CacheHandle.open(cache).validate_deep()
     # Two bad rows: the message names the first (with its own shard id).
     shards = len(list((cache / "shards").iterdir()))
-    for bad, message in [({2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}, f"missing shard {shards + 5}: .*index.bin row 2$"),
-                         ({2: (0, 0, 7), 4: (0, 0, 6)}, "index row 2 lies outside its shard")]:
+    for bad, message in [
+        ({2: (shards + 5, 0, 8), 4: (shards + 9, 0, 8)}, f"missing shard {shards + 5}: .*index.bin row 2$"),
+        ({2: (0, 0, 7), 4: (0, 0, 6)}, "index row 2 lies outside its shard"),
+    ]:
         (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *bad.get(i, r)) for i, r in enumerate(rows)))
         rehash(cache)
         with pytest.raises(CacheFormatError, match=message):
@@ -297,4 +306,6 @@ def test_validate_deep_checks_every_index_entry(cache):
     (cache / "index.bin").write_bytes(b"".join(struct.pack("<QQQ", *r) for r in [*rows[:2], last, *rows[3:]]))
     rehash(cache)
     CacheHandle.open(cache).validate_deep()
-    assert hashlib.sha256((cache / "index.bin").read_bytes()).hexdigest() == CacheHandle.open(cache).manifest.index_sha256
+    assert (
+        hashlib.sha256((cache / "index.bin").read_bytes()).hexdigest() == CacheHandle.open(cache).manifest.index_sha256
+    )

@@ -15,8 +15,22 @@ import datasetrt as drt
 from tests.conftest import writer_config
 from tests.unit.format.sources import Raw
 
-FAMILIES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-            "float16", "float32", "float64", "complex64", "complex128"]
+FAMILIES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 def _write(tmp_path, spec, payloads, algo="none", extra_sources=()):
@@ -103,7 +117,11 @@ def test_typed_buffers_and_dlpack_producers(tmp_path):
         def __dlpack_device__(self):
             return self.arr.__dlpack_device__()
 
-    payloads = [array.array("i", [1, 2]), Producer(np.array([3, 4, 5], dtype=np.int32)), memoryview(array.array("i", [6]))]
+    payloads = [
+        array.array("i", [1, 2]),
+        Producer(np.array([3, 4, 5], dtype=np.int32)),
+        memoryview(array.array("i", [6])),
+    ]
     (result,) = _write(tmp_path, spec, payloads)
     assert [spec.decode(d).tolist() for d in _read(result.path, spec)] == [[1, 2], [3, 4, 5], [6]]
 
@@ -115,17 +133,28 @@ def test_torch_tensors(tmp_path):
     payloads = [t[:, :2], t[:, 2:].t(), torch.ones(2, 2)]
     (result,) = _write(tmp_path, spec, payloads, "zstd")
     assert [spec.decode(d).tolist() for d in _read(result.path, spec)] == [p.tolist() for p in payloads]
-    message = _refused(tmp_path / "grad", spec, [torch.ones(2, 2), torch.ones(2, 2, requires_grad=True)],
-                       "source 'typed' sample 1", "__dlpack__", "float32[2, 2]")
+    message = _refused(
+        tmp_path / "grad",
+        spec,
+        [torch.ones(2, 2), torch.ones(2, 2, requires_grad=True)],
+        "source 'typed' sample 1",
+        "__dlpack__",
+        "float32[2, 2]",
+    )
     assert "detach" in message
     _refused(tmp_path / "bf16", spec, [torch.ones(2, 2, dtype=torch.bfloat16)], "sample 0", "float32[2, 2]")
 
 
 @pytest.mark.parametrize(
     ("payload", "actual"),
-    [(np.zeros((2, 3), dtype=np.int64), "int64[2, 3]"), (np.zeros((3, 2), dtype=np.int32), "int32[3, 2]"),
-     (np.zeros(6, dtype=np.int32), "int32[6]"), (np.zeros((2, 3), dtype=np.uint8), "uint8[2, 3]"),
-     (array.array("f", [0.0] * 6), "float32[6]"), (np.zeros((2, 3), dtype=[("a", "<i4")]), "[2, 3]")],
+    [
+        (np.zeros((2, 3), dtype=np.int64), "int64[2, 3]"),
+        (np.zeros((3, 2), dtype=np.int32), "int32[3, 2]"),
+        (np.zeros(6, dtype=np.int32), "int32[6]"),
+        (np.zeros((2, 3), dtype=np.uint8), "uint8[2, 3]"),
+        (array.array("f", [0.0] * 6), "float32[6]"),
+        (np.zeros((2, 3), dtype=[("a", "<i4")]), "[2, 3]"),
+    ],
     ids=["dtype", "shape", "ndim", "bytes-dtype", "typed-buffer", "structured"],
 )
 def test_typed_mismatches_name_sample_expected_and_actual(tmp_path, payload, actual):
@@ -136,9 +165,11 @@ def test_typed_mismatches_name_sample_expected_and_actual(tmp_path, payload, act
 
 @pytest.mark.parametrize(
     ("shape", "payload", "words"),
-    [((2, 3), bytes(20), ["20 bytes", "expected 24 bytes"]),
-     ((None, 3), bytes(10), ["10 bytes", "expected a multiple of 12 bytes"]),
-     ((), b"\x00" * 3, ["3 bytes", "expected 4 bytes"])],
+    [
+        ((2, 3), bytes(20), ["20 bytes", "expected 24 bytes"]),
+        ((None, 3), bytes(10), ["10 bytes", "expected a multiple of 12 bytes"]),
+        ((), b"\x00" * 3, ["3 bytes", "expected 4 bytes"]),
+    ],
     ids=["dense", "ragged-not-a-multiple", "scalar"],
 )
 def test_untyped_length_mismatches(tmp_path, shape, payload, words):
@@ -147,8 +178,14 @@ def test_untyped_length_mismatches(tmp_path, shape, payload, words):
 
 def test_ragged_typed_mismatch_on_a_fixed_dim(tmp_path):
     spec = drt.PayloadSpec("float32", (None, 4))
-    _refused(tmp_path, spec, [np.zeros((5, 4), np.float32), np.zeros((5, 3), np.float32)],
-             "sample 1", "expected float32[None, 4]", "float32[5, 3]")
+    _refused(
+        tmp_path,
+        spec,
+        [np.zeros((5, 4), np.float32), np.zeros((5, 3), np.float32)],
+        "sample 1",
+        "expected float32[None, 4]",
+        "float32[5, 3]",
+    )
 
 
 def test_objects_that_are_not_payloads_are_refused(tmp_path):

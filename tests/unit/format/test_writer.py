@@ -16,7 +16,7 @@ from types import MappingProxyType
 import lz4.block
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc  # noqa: F401 - pa.ipc
+import pyarrow.ipc
 import pytest
 import xxhash
 import zstandard
@@ -104,8 +104,18 @@ BAD_INPUTS = [
     ("value-bytes", _d((b"x", {"a": b"1"})), "d", VALUES),
     ("kind-int-float", _d((b"x", {"a": 1}), (b"x", {"a": 1.0})), "d", "metadata field 'a' expected int, got float"),
     ("kind-bool-int", _d((b"x", {"a": True}), (b"x", {"a": 1})), "d", "metadata field 'a' expected bool, got int"),
-    ("keys-fewer", _d((b"x", {"a": 1, "b": 2}), (b"x", {"a": 1})), "d", "metadata keys must be identical for every sample"),
-    ("keys-more", _d((b"x", {"a": 1}), (b"x", {"a": 1, "b": 2})), "d", "metadata keys must be identical for every sample"),
+    (
+        "keys-fewer",
+        _d((b"x", {"a": 1, "b": 2}), (b"x", {"a": 1})),
+        "d",
+        "metadata keys must be identical for every sample",
+    ),
+    (
+        "keys-more",
+        _d((b"x", {"a": 1}), (b"x", {"a": 1, "b": 2})),
+        "d",
+        "metadata keys must be identical for every sample",
+    ),
     ("keys-renamed", _d((b"x", {"a": 1, "b": 2}), (b"x", {"a": 1, "c": 2})), "d", "metadata field 'b' is missing"),
     ("md-empty", _d((b"x", {})), "d", ARROW_EMPTY),
     ("source-raises", Boom, "boom", "Python error: RuntimeError: boom!"),
@@ -116,15 +126,22 @@ BAD_INPUTS = [
 # What datasetrt adds after dataset-rt's text (the start of each message stays dataset-rt's, users
 # match on it): the sample's position in its source, the column and the value (id -> suffix).
 DETAIL = {
-    "data-str": ": sample 0: got str", "data-object": ": sample 0: got object",
-    "data-datetime-array": ": sample 0: got ndarray", "item-list": ": sample 0: got list",
-    "item-bytes": ": sample 0: got bytes", "item-3-tuple": ": sample 0: got a tuple of 3 items",
-    "md-mappingproxy": ": sample 0: got mappingproxy", "md-list": ": sample 0: got list",
+    "data-str": ": sample 0: got str",
+    "data-object": ": sample 0: got object",
+    "data-datetime-array": ": sample 0: got ndarray",
+    "item-list": ": sample 0: got list",
+    "item-bytes": ": sample 0: got bytes",
+    "item-3-tuple": ": sample 0: got a tuple of 3 items",
+    "md-mappingproxy": ": sample 0: got mappingproxy",
+    "md-list": ": sample 0: got list",
     "md-int-key": ": sample 0: key int 1",
-    "value-none": ": sample 0, column 'a': got NoneType None", "value-list": ": sample 0, column 'a': got list [1]",
+    "value-none": ": sample 0, column 'a': got NoneType None",
+    "value-list": ": sample 0, column 'a': got list [1]",
     "value-bytes": ": sample 0, column 'a': got bytes b'1'",
-    "kind-int-float": ": sample 1: value 1.0", "kind-bool-int": ": sample 1: value 1",
-    "keys-fewer": ": sample 1: keys ['a'], expected ['a', 'b']", "keys-more": ": sample 1: keys ['a', 'b'], expected ['a']",
+    "kind-int-float": ": sample 1: value 1.0",
+    "kind-bool-int": ": sample 1: value 1",
+    "keys-fewer": ": sample 1: keys ['a'], expected ['a', 'b']",
+    "keys-more": ": sample 1: keys ['a', 'b'], expected ['a']",
     "keys-renamed": ": sample 1: keys ['a', 'c'], expected ['a', 'b']",
     "md-empty": ": sample 0: the metadata is an empty dict {}; a source's samples need at least one metadata column",
     "late-failure": ": sample 300: value 1.0",
@@ -181,7 +198,9 @@ def test_non_iterator_leaves_no_staging_dir(runtime, tmp_path):
     assert not (tmp_path / "nonit").exists()
 
 
-@pytest.mark.parametrize("name", ["n" * 255, "é" * 127 + "n", ".a.lock", "-", " x "], ids=["255", "254+1", "lock", "dash", "spaces"])
+@pytest.mark.parametrize(
+    "name", ["n" * 255, "é" * 127 + "n", ".a.lock", "-", " x "], ids=["255", "254+1", "lock", "dash", "spaces"]
+)
 def test_unusual_valid_names_up_to_255_bytes(runtime, tmp_path, name):
     (result,) = runtime.write_cache([Raw(name, OK)], tmp_path, writer_config=QUIET)
     assert result == drt.CacheWriteSuccess(name, tmp_path / name)
@@ -303,20 +322,49 @@ TINY = [
 def test_tiny_matches_reference_manifest(runtime, tmp_path):
     """§4: shard, index and identity fields of `tiny` equal dataset-rt's verbatim manifest."""
     cache, m = _write_one(runtime, tmp_path, "tiny", TINY)
-    assert list(m)[:8] == ["format_version", "cache_id", "source_name", "sample_count", "metadata_schema",
-                           "metadata_sha256", "index_sha256", "shards"]
-    assert (m["format_version"], m["cache_id"], m["source_name"], m["sample_count"]) == (3, 671225450407077731, "tiny", 3)
-    assert m["metadata_schema"] == [{"name": "index", "kind": "int"}, {"name": "kept", "kind": "bool"},
-                                    {"name": "label", "kind": "string"}, {"name": "score", "kind": "float"}]
+    assert list(m)[:8] == [
+        "format_version",
+        "cache_id",
+        "source_name",
+        "sample_count",
+        "metadata_schema",
+        "metadata_sha256",
+        "index_sha256",
+        "shards",
+    ]
+    assert (m["format_version"], m["cache_id"], m["source_name"], m["sample_count"]) == (
+        3,
+        671225450407077731,
+        "tiny",
+        3,
+    )
+    assert m["metadata_schema"] == [
+        {"name": "index", "kind": "int"},
+        {"name": "kept", "kind": "bool"},
+        {"name": "label", "kind": "string"},
+        {"name": "score", "kind": "float"},
+    ]
     assert m["index_sha256"] == "669d75dbbeb916ec9fb98f10d525e003380ca6120f8f19282b2b11f15c7a6824"
-    assert m["shards"] == [{"name": "000000.bin", "uncompressed_byte_len": 10, "byte_len": 176,
-                            "compression": {"algo": "none", "ratio": 1.0},
-                            "sha256": "2258026e884317474bc083e96682a9f2b6f07d9afc4624d2e69a92fa94132daa"}]
+    assert m["shards"] == [
+        {
+            "name": "000000.bin",
+            "uncompressed_byte_len": 10,
+            "byte_len": 176,
+            "compression": {"algo": "none", "ratio": 1.0},
+            "sha256": "2258026e884317474bc083e96682a9f2b6f07d9afc4624d2e69a92fa94132daa",
+        }
+    ]
     assert _index(cache) == [(0, 0, 59), (0, 59, 59), (0, 118, 58)]
     assert (cache / "manifest.json").read_text().startswith('{\n  "format_version": 3,\n  "cache_id": ')
     table = pa.ipc.open_file(cache / "metadata.arrow").read_all()
-    assert table.schema == pa.schema([pa.field("index", pa.int64(), False), pa.field("kept", pa.bool_(), False),
-                                      pa.field("label", pa.string(), False), pa.field("score", pa.float64(), False)])
+    assert table.schema == pa.schema(
+        [
+            pa.field("index", pa.int64(), False),
+            pa.field("kept", pa.bool_(), False),
+            pa.field("label", pa.string(), False),
+            pa.field("score", pa.float64(), False),
+        ]
+    )
     assert table.to_pylist() == [md for _, md in TINY]
     assert not (tmp_path / "tmp").exists()
 
@@ -391,7 +439,12 @@ def test_checksum_sidecar_holds_xxh3_of_each_record(runtime, tmp_path):
 
 def test_record_checksums_off_writes_no_sidecar(runtime, tmp_path):
     cache, m = _write_one(runtime, tmp_path, "x", OK, record_checksums=False)
-    assert "datasetrt" not in m and sorted(os.listdir(cache)) == ["index.bin", "manifest.json", "metadata.arrow", "shards"]
+    assert "datasetrt" not in m and sorted(os.listdir(cache)) == [
+        "index.bin",
+        "manifest.json",
+        "metadata.arrow",
+        "shards",
+    ]
 
 
 def test_ratio_must_be_one_without_compression(runtime, tmp_path):

@@ -24,8 +24,18 @@ from tests.unit.format.sources import Raw, assert_big_failed_small_written, writ
 
 OK = [(b"x", {"a": 1})]
 STAGES = {
-    "compression", "disk_write", "finish_index", "finish_manifest", "finish_metadata", "ingress_wait",
-    "metadata_validate", "publish", "python_extract", "python_next", "record_encode", "shard_flush",
+    "compression",
+    "disk_write",
+    "finish_index",
+    "finish_manifest",
+    "finish_metadata",
+    "ingress_wait",
+    "metadata_validate",
+    "publish",
+    "python_extract",
+    "python_next",
+    "record_encode",
+    "shard_flush",
 }
 
 
@@ -104,8 +114,14 @@ def test_write_sources_fills_profiles_in_place_before_an_interrupt(tmp_path):
     cfg, _ = _profiled(tmp_path)
     profiles: list = []
     with pytest.raises(KeyboardInterrupt):
-        write_sources([Raw("a", OK), Interrupting("ki", KeyboardInterrupt())], tmp_path, cfg,
-                      pool=None, progress=None, profiles=profiles)
+        write_sources(
+            [Raw("a", OK), Interrupting("ki", KeyboardInterrupt())],
+            tmp_path,
+            cfg,
+            pool=None,
+            progress=None,
+            profiles=profiles,
+        )
     assert [name for name, _ in profiles] == ["a", "ki"]
     assert all(isinstance(p, StageProfile) for _, p in profiles)
     assert profiles[1][1].stages["python_next"][0] == 1 and profiles[1][1].stages["publish"][0] == 0
@@ -247,16 +263,21 @@ def _mtimes(root: Path) -> dict[str, int]:
 def test_reused_directory_without_manifest_is_an_error_value(runtime, tmp_path):
     """Deliberate difference: dataset-rt 0.4.8 raises ValueError("missing manifest: ...") here."""
     (tmp_path / "broken" / "shards").mkdir(parents=True)
-    out = runtime.from_cache_sources([MustNotIterate("broken"), Raw("good", OK)], tmp_path,
-                                     reader_config=drt.ReaderConfig(seed=0), writer_config=QUIET)
+    out = runtime.from_cache_sources(
+        [MustNotIterate("broken"), Raw("good", OK)],
+        tmp_path,
+        reader_config=drt.ReaderConfig(seed=0),
+        writer_config=QUIET,
+    )
     assert isinstance(out, drt.CacheSourcesDatasetSuccess)
     bad, good = out.results
     assert isinstance(bad, drt.CacheWriteError) and bad.source_name == "broken"
     assert "missing manifest" in bad.message
     assert good == drt.CacheWriteSuccess("good", tmp_path / "good")
     assert out.dataset.cache_paths == [tmp_path / "good"]
-    alone = runtime.from_cache_sources([MustNotIterate("broken")], tmp_path,
-                                       reader_config=drt.ReaderConfig(seed=0), writer_config=QUIET)
+    alone = runtime.from_cache_sources(
+        [MustNotIterate("broken")], tmp_path, reader_config=drt.ReaderConfig(seed=0), writer_config=QUIET
+    )
     assert isinstance(alone, drt.CacheSourcesDatasetError)
     assert alone.message.startswith("no caches were written: broken: missing manifest")
 
@@ -264,8 +285,9 @@ def test_reused_directory_without_manifest_is_an_error_value(runtime, tmp_path):
 def test_valid_reused_cache_is_not_rewritten(runtime, tmp_path):
     runtime.write_cache([Raw("r", OK * 3)], tmp_path, writer_config=QUIET)
     before = _mtimes(tmp_path / "r")
-    out = runtime.from_cache_sources([MustNotIterate("r"), Raw("n", OK)], tmp_path,
-                                     reader_config=drt.ReaderConfig(seed=0), writer_config=QUIET)
+    out = runtime.from_cache_sources(
+        [MustNotIterate("r"), Raw("n", OK)], tmp_path, reader_config=drt.ReaderConfig(seed=0), writer_config=QUIET
+    )
     assert isinstance(out, drt.CacheSourcesDatasetSuccess)
     assert out.results == [drt.CacheWriteSuccess("r", tmp_path / "r"), drt.CacheWriteSuccess("n", tmp_path / "n")]
     assert _mtimes(tmp_path / "r") == before
@@ -279,8 +301,9 @@ def test_reuse_with_validate_cache_detects_a_flipped_shard_byte(runtime, tmp_pat
     data[-1] ^= 0xFF
     shard.write_bytes(bytes(data))
     cfg = drt.WriterConfig(show_progress=False, validate_cache=True)
-    out = runtime.from_cache_sources([MustNotIterate("v")], tmp_path, reader_config=drt.ReaderConfig(seed=0),
-                                     writer_config=cfg)
+    out = runtime.from_cache_sources(
+        [MustNotIterate("v")], tmp_path, reader_config=drt.ReaderConfig(seed=0), writer_config=cfg
+    )
     assert isinstance(out, drt.CacheSourcesDatasetError)
     (result,) = out.results
     assert result.source_name == "v" and result.message.startswith("checksum mismatch for ")

@@ -19,9 +19,9 @@ import xxhash
 
 import datasetrt as drt
 from datasetrt._native import codec
-from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.format import writer
 from datasetrt.format.envelope import MetadataSchema
+from datasetrt.values.codecs import CODEC_IDS
 from tests.conftest import QUIET
 from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
 
@@ -81,12 +81,15 @@ PATHS = {"default": None, "record-groups-in-place": (1, 0, 1), "block-groups-joi
 
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize(("algo", "max_shard", "prefetch"), [
-    ("none", 64 << 20, 64),  # one shard, 64-record blocks
-    ("none", 400_000, 5),  # rotation inside blocks; oversized records alone in their shard
-    ("none", 2_000_000, 300),  # 256-record blocks spanning several shards
-    ("lz4", 5_000, 16),  # compressed records are small: joined groups
-])
+@pytest.mark.parametrize(
+    ("algo", "max_shard", "prefetch"),
+    [
+        ("none", 64 << 20, 64),  # one shard, 64-record blocks
+        ("none", 400_000, 5),  # rotation inside blocks; oversized records alone in their shard
+        ("none", 2_000_000, 300),  # 256-record blocks spanning several shards
+        ("lz4", 5_000, 16),  # compressed records are small: joined groups
+    ],
+)
 def test_groups_match_the_record_by_record_layout(tmp_path, monkeypatch, path, workers, algo, max_shard, prefetch):
     if PATHS[path] is not None:
         for name, value in zip(("GROUP_BYTES", "LARGE_RECORD_BYTES", "WRITEBACK_BYTES"), PATHS[path]):
@@ -102,7 +105,9 @@ def test_groups_match_the_record_by_record_layout(tmp_path, monkeypatch, path, w
     assert [s["byte_len"] for s in manifest["shards"]] == [len(s) for s in shards]
     if max_shard < 64 << 20:
         assert len(shards) >= 3
-    ds = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=True), runtime=None)
+    ds = drt.CachedDataset(
+        [cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=True), runtime=None
+    )
     assert [s.data for s in ds] == [bytes(memoryview(d).cast("B")) for d, _ in items]
 
 

@@ -89,12 +89,16 @@ def test_a_sync_error_fails_the_whole_batch_and_publishes_nothing(runtime, tmp_p
 
 
 def test_write_leaves_no_staging_root_and_a_glob_of_the_base_opens(runtime, tmp_path):
-    results = runtime.write_cache([ListSource(n, sample_items(3, tag=n)) for n in ("a", "b")], tmp_path / "caches",
-                                  writer_config=QUIET)
+    results = runtime.write_cache(
+        [ListSource(n, sample_items(3, tag=n)) for n in ("a", "b")], tmp_path / "caches", writer_config=QUIET
+    )
     assert all(isinstance(r, drt.CacheWriteSuccess) for r in results)
     assert sorted(os.listdir(tmp_path / "caches")) == ["a", "b"]
-    ds = drt.CachedDataset(sorted(glob.glob(str(tmp_path / "caches" / "*"))),
-                           reader_config=drt.ReaderConfig(seed=0, shuffle=False), runtime=None)
+    ds = drt.CachedDataset(
+        sorted(glob.glob(str(tmp_path / "caches" / "*"))),
+        reader_config=drt.ReaderConfig(seed=0, shuffle=False),
+        runtime=None,
+    )
     assert len(list(ds)) == 6
     ds.close()
 
@@ -159,7 +163,7 @@ def _fork_writer(base, names, result_w):
             kinds = []
             with drt.DatasetRuntime(num_workers=1) as rt:
                 for k in range(0, len(names), 2):
-                    results = rt.write_cache([Raw(n, OK) for n in names[k:k + 2]], base, writer_config=QUIET)
+                    results = rt.write_cache([Raw(n, OK) for n in names[k : k + 2]], base, writer_config=QUIET)
                     kinds += [type(r).__name__ for r in results]
             os.write(result_w, json.dumps(kinds).encode() + b"\n")
             code = 0

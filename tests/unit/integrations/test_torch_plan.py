@@ -10,6 +10,7 @@ import math
 import subprocess
 import sys
 from collections import Counter
+from itertools import chain
 
 import numpy as np
 import pytest
@@ -34,8 +35,10 @@ def weighted_population() -> Population:
 
 
 def test_planning_imports_no_torch():
-    code = ("import sys, datasetrt.integrations.torch.plan, datasetrt.integrations.torch.spawn; "
-            "import datasetrt.integrations.torch as t; t.rank_count; assert 'torch' not in sys.modules, 'torch'")
+    code = (
+        "import sys, datasetrt.integrations.torch.plan, datasetrt.integrations.torch.spawn; "
+        "import datasetrt.integrations.torch as t; t.rank_count; assert 'torch' not in sys.modules, 'torch'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -48,8 +51,10 @@ def model_share(n, world, batch, drop_last):
     m = per * world
     text = None
     if m != n:
-        text = (f"samples_per_epoch adjusted: requested {n} global samples, effective {m}; "
-                f"{'padded' if m > n else 'discarded'} {abs(m - n)} for equal rank batch counts")
+        text = (
+            f"samples_per_epoch adjusted: requested {n} global samples, effective {m}; "
+            f"{'padded' if m > n else 'discarded'} {abs(m - n)} for equal rank batch counts"
+        )
     return per, m, text
 
 
@@ -79,10 +84,10 @@ def test_layouts_cover_the_pass_exactly(n, world, batch, drop_last, new_world, d
     per = rank_count(total - start, new_world, batch, drop_last)
     got = [lay.positions(np.arange(lay.per_rank)).tolist() for lay in layouts]
     assert all(len(g) == per for g in got)
-    assert Counter(sum(got, [])) == Counter((start + i) % total for i in range(per * new_world))
+    assert Counter(list(chain.from_iterable(got))) == Counter((start + i) % total for i in range(per * new_world))
     assert all(g == sorted(g) or start + per * new_world > total for g in got)
     for s in range(per // batch + 1):  # batches that are full on every rank
-        consumed = sorted(sum((g[:s * batch] for g in got), []))
+        consumed = sorted(chain.from_iterable(g[: s * batch] for g in got))
         assert consumed == sorted((start + i) % total for i in range(s * new_world * batch))
     if drop_last:
         assert per % batch == 0 and start + per * new_world <= total
@@ -94,11 +99,18 @@ def test_layouts_cover_the_pass_exactly(n, world, batch, drop_last, new_world, d
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_worker_shares_partition_the_window(shuffle):
     population = weighted_population()
-    for length, block, workers, first_block in [(1, 1, 1, 0), (37, 1, 3, 0), (100, 16, 2, 0), (100, 17, 3, 2),
-                                                  (64, 16, 4, 1), (5, 8, 3, 0), (250, 40, 2, 3)]:
+    for length, block, workers, first_block in [
+        (1, 1, 1, 0),
+        (37, 1, 3, 0),
+        (100, 16, 2, 0),
+        (100, 17, 3, 2),
+        (64, 16, 4, 1),
+        (5, 8, 3, 0),
+        (250, 40, 2, 3),
+    ]:
         window = Window(population, shuffle, 99, 12345, length)
         plan = window.rows(0, length)
-        blocks = [plan[i:i + block] for i in range(first_block * block, length, block)]
+        blocks = [plan[i : i + block] for i in range(first_block * block, length, block)]
         for worker in range(workers):
             share = _Share(window, worker, workers, block, first_block)
             expected = np.concatenate(blocks[worker::workers]) if blocks[worker::workers] else np.empty(0, np.int64)
@@ -122,7 +134,7 @@ def test_rank_and_worker_shares_of_any_plan_window(length, world, batch, start_b
         want = window.rows(0, length)[layout.positions(np.arange(layout.per_rank))] if layout.per_rank else []
         shares = [_Share(window, w, workers, layout=layout) for w in range(workers)]
         per_worker = [[s.rows(i, 1)[0] for i in range(s.length)] for s in shares]
-        batches = [[rows[i:i + batch] for i in range(0, len(rows), batch)] for rows in per_worker]
+        batches = [[rows[i : i + batch] for i in range(0, len(rows), batch)] for rows in per_worker]
         merged = [x for r in range(layout.batches) for x in batches[r % workers][r // workers]]
         assert merged == list(want)
 
@@ -137,7 +149,7 @@ def test_pass_windows_continue_one_stream():
     for epoch, skip in [(0, 0), (1, 0), (2, 7), (3, 29)]:
         window = spec.pass_window(stream, epoch, skip)
         assert window.length == 30 - skip
-        assert window.rows(0, window.length).tolist() == whole[epoch * 30 + skip:(epoch + 1) * 30].tolist()
+        assert window.rows(0, window.length).tolist() == whole[epoch * 30 + skip : (epoch + 1) * 30].tolist()
     progress = _PassProgress(Window(population, False, 0, 95, 20), 6)
     rest = progress.rest()
     assert rest.length == 14 and rest.rows(0, 14).tolist() == progress.window.rows(6, 14).tolist()

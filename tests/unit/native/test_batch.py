@@ -29,9 +29,11 @@ def test_in_bounds_spans_are_packed_joined_and_listed():
 )
 def test_spans_outside_the_buffer_are_refused(off, length, n):
     off, length = np.array(off, dtype=np.int64), np.array(length, dtype=np.int64)
-    for call in (lambda: batch.payload_list(DATA, off, length, n),
-                 lambda: batch.json_array(DATA, off, length, n),
-                 lambda: batch.pack_payloads(DATA, off, length, n, np.zeros(64, np.uint8), np.zeros(4, np.int64), 0)):
+    for call in (
+        lambda: batch.payload_list(DATA, off, length, n),
+        lambda: batch.json_array(DATA, off, length, n),
+        lambda: batch.pack_payloads(DATA, off, length, n, np.zeros(64, np.uint8), np.zeros(4, np.int64), 0),
+    ):
         with pytest.raises(errors.ConfigError, match="span|rows asked"):
             call()
 

@@ -41,15 +41,24 @@ def test_keys_match_reference_and_are_not_seed_plus_epoch():
 
 
 @PROPS
-@given(seed=st.integers(0, M64), label=st.integers(0, M64), n=st.integers(1, 300), first=st.integers(0, 10**6),
-       count=st.integers(0, 70))
+@given(
+    seed=st.integers(0, M64),
+    label=st.integers(0, M64),
+    n=st.integers(1, 300),
+    first=st.integers(0, 10**6),
+    count=st.integers(0, 70),
+)
 def test_any_window_matches_reference(seed, label, n, first, count):
     assert perm.permuted(seed, label, n, first, count).tolist() == ref.permuted(seed, label, [1] * n, first, count)
 
 
 @PROPS
-@given(seed=st.integers(0, M64), counts=st.lists(st.integers(1, 5), min_size=1, max_size=20),
-       first=st.integers(0, 500), count=st.integers(0, 60))
+@given(
+    seed=st.integers(0, M64),
+    counts=st.lists(st.integers(1, 5), min_size=1, max_size=20),
+    first=st.integers(0, 500),
+    count=st.integers(0, 60),
+)
 def test_repeats_match_reference(seed, counts, first, count):
     ends = np.cumsum(np.array(counts, dtype=np.int64))
     got = perm.permuted_repeats(seed, 3, ends, first, count)
@@ -63,7 +72,7 @@ def test_repeats_match_reference(seed, counts, first, count):
 def test_every_epoch_is_a_bijection(n):
     got = perm.permuted(11, 0, n, 0, 3 * n)
     for e in range(3):
-        assert np.array_equal(np.sort(got[e * n:(e + 1) * n]), np.arange(n))
+        assert np.array_equal(np.sort(got[e * n : (e + 1) * n]), np.arange(n))
 
 
 @PROPS
@@ -92,7 +101,7 @@ def test_epochs_differ_and_windows_are_slices():
         for b in range(a + 1, 4):
             assert not np.array_equal(epochs[a], epochs[b])
     for first, count in [(0, 1), (999, 2), (1500, 700), (3999, 1)]:
-        assert np.array_equal(perm.permuted(3, 0, n, first, count), whole[first:first + count])
+        assert np.array_equal(perm.permuted(3, 0, n, first, count), whole[first : first + count])
 
 
 def test_order_is_not_the_identity_nor_a_shift():

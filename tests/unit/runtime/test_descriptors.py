@@ -8,6 +8,7 @@ Readers here use a private `DescriptorBudget` with a small limit (the same class
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import threading
 
@@ -16,9 +17,9 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.format.reader import CacheHandle
-from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, default_limit
 from datasetrt.runtime.local import LocalReader
+from datasetrt.values.payloads import PayloadCheck
 from tests.conftest import ListSource, sample_items, writer_config
 
 CACHES = 8
@@ -32,8 +33,9 @@ def handles(tmp_path_factory):
     with drt.DatasetRuntime(num_workers=1) as rt:
         for k in range(CACHES):
             cfg = writer_config(max_shard_bytes=512 if k % 2 else 1 << 20)
-            [result] = rt.write_cache(ListSource(f"c{k}", sample_items(ROWS, seed=k, tag=f"c{k}")), base,
-                                      writer_config=cfg)
+            [result] = rt.write_cache(
+                ListSource(f"c{k}", sample_items(ROWS, seed=k, tag=f"c{k}")), base, writer_config=cfg
+            )
             assert isinstance(result, drt.CacheWriteSuccess), result
     return [CacheHandle.open(base / f"c{k}") for k in range(CACHES)]
 
@@ -46,7 +48,7 @@ def rows_of(*caches):
 
 
 def payloads(chunk):
-    return [bytes(chunk.data[o:o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
+    return [bytes(chunk.data[o : o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
 
 
 def open_caches(reader) -> list[int]:
@@ -147,16 +149,21 @@ def test_a_batch_wider_than_the_budget_is_gathered_block_after_block_in_its_fina
     chunk = reference.read_chunk(cache_pos, sample_id)
     out = np.zeros(1 << 16, dtype=np.uint8)
     offsets = np.empty(n + 1, dtype=np.int64)
-    json_off, json_len = (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if keep_json else \
-        (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-    done, end, bottom, need = reader.gather_batch_into(cache_pos, sample_id, out, offsets, json_off, json_len,
-                                                       PayloadCheck())
+    json_off, json_len = (
+        (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64))
+        if keep_json
+        else (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    )
+    done, end, bottom, need = reader.gather_batch_into(
+        cache_pos, sample_id, out, offsets, json_off, json_len, PayloadCheck()
+    )
     assert (done, need) == (n, 0) and offsets[0] == 0 and end == offsets[-1] == sum(chunk.data_len)
-    assert [bytes(out[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == payloads(chunk)
+    assert [bytes(out[a:b]) for a, b in itertools.pairwise(offsets)] == payloads(chunk)
     if keep_json:
         assert bottom == len(out) - sum(chunk.json_len)
-        assert [bytes(out[o:o + k]) for o, k in zip(json_off, json_len)] == [
-            bytes(chunk.data[o:o + k]) for o, k in zip(chunk.json_off, chunk.json_len)]
+        assert [bytes(out[o : o + k]) for o, k in zip(json_off, json_len)] == [
+            bytes(chunk.data[o : o + k]) for o, k in zip(chunk.json_off, chunk.json_len)
+        ]
     else:
         assert bottom == len(out)
     assert budget.open_count <= max(3, max(len(h.manifest.shards) for h in handles))
@@ -209,7 +216,7 @@ def test_threads_reading_at_once_stay_within_the_budget(handles):
                 peak[0] = max(peak[0], budget.open_count)
                 if got != payloads(LocalReader.read_chunk(reference_for[seed], cache_pos, sample_id)):
                     errors.append(seed)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+        except BaseException as exc:
             errors.append(repr(exc))
         finally:
             reader.close()

@@ -4,6 +4,7 @@ the payload spec's length rule; a buffer too small for in-place reads, or for th
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -12,8 +13,8 @@ import pytest
 import datasetrt as drt
 from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.values.payloads import PayloadCheck
 from datasetrt.runtime.local import LocalReader
+from datasetrt.values.payloads import PayloadCheck
 from tests.conftest import ListSource, sample_items, writer_config
 
 NO_JSON = np.empty(0, dtype=np.int64)
@@ -38,8 +39,8 @@ def _records(reader, cache_pos, sample_id):
     """(payloads, JSON texts) through the record gather, the reference."""
     chunk = reader.read_chunk(cache_pos, sample_id)
     data = chunk.data
-    payloads = [bytes(data[o:o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
-    texts = [bytes(data[o:o + n]) for o, n in zip(chunk.json_off, chunk.json_len)]
+    payloads = [bytes(data[o : o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
+    texts = [bytes(data[o : o + n]) for o, n in zip(chunk.json_off, chunk.json_len)]
     return payloads, texts
 
 
@@ -58,18 +59,23 @@ def _batch(reader, cache_pos, sample_id, out_bytes, check=PayloadCheck(), keep_j
 def test_batch_gather_equals_record_gather(tmp_path, algo, order, keep_json):
     path = _write(tmp_path, "c", sample_items(120, seed=3), algo)
     reader = _reader(path)
-    ids = {"ordered": np.arange(120), "shuffled": np.random.default_rng(1).permutation(120),
-           "repeats": np.array([5, 5, 6, 7, 7, 7, 0, 119, 118])}[order]
+    ids = {
+        "ordered": np.arange(120),
+        "shuffled": np.random.default_rng(1).permutation(120),
+        "repeats": np.array([5, 5, 6, 7, 7, 7, 0, 119, 118]),
+    }[order]
     cache_pos, sample_id = _rows(ids)
     want_payloads, want_json = _records(reader, cache_pos, sample_id)
     total = sum(map(len, want_payloads)) + (sum(map(len, want_json)) if keep_json else 0)
-    (done, used, json_bottom, need), out, offsets, json = _batch(reader, cache_pos, sample_id, 40_000, keep_json=keep_json)
+    (done, used, json_bottom, need), out, offsets, json = _batch(
+        reader, cache_pos, sample_id, 40_000, keep_json=keep_json
+    )
     assert (done, need) == (len(ids), 0)
     assert offsets[0] == 0 and used == offsets[-1] == sum(map(len, want_payloads))
     assert bytes(out[:used]) == b"".join(want_payloads)  # back to back: the final layout
-    assert [bytes(out[a:b]) for a, b in zip(offsets[:-1], offsets[1:])] == want_payloads
+    assert [bytes(out[a:b]) for a, b in itertools.pairwise(offsets)] == want_payloads
     if keep_json:
-        assert [bytes(out[o:o + n]) for o, n in zip(*json)] == want_json
+        assert [bytes(out[o : o + n]) for o, n in zip(*json)] == want_json
         assert json_bottom == len(out) - sum(map(len, want_json)) and used <= json_bottom
         assert total <= len(out)
     reader.close()
@@ -94,7 +100,9 @@ def test_exact_buffer_reads_the_tail_records_through_scratch(tmp_path):
     items = [(bytes(range(i, i + 64)), {"index": i, "pad": "x" * i}) for i in range(50)]
     reader = _reader(_write(tmp_path, "c", items))
     cache_pos, sample_id = _rows(range(50))
-    (done, used, _b, need), out, offsets, _ = _batch(reader, cache_pos, sample_id, 50 * 64, PayloadCheck(64, 0, "uint8[64]"))
+    (done, used, _b, need), out, _offsets, _ = _batch(
+        reader, cache_pos, sample_id, 50 * 64, PayloadCheck(64, 0, "uint8[64]")
+    )
     assert (done, used, need) == (50, 3200, 0)
     assert bytes(out) == b"".join(d for d, _ in items)
     reader.close()
@@ -106,11 +114,17 @@ def test_payloads_that_break_the_spec_are_typed_errors_naming_cache_sample_and_l
     path = _write(tmp_path, "c", items, algo)
     reader = _reader(path)
     cache_pos, sample_id = _rows(range(3))
-    with pytest.raises(CacheFormatError, match=rf"payload of 12 bytes does not fit payload spec int32\[2\] "
-                                              rf"\(expected 8 bytes\): {re.escape(str(path))} sample 2"):
+    with pytest.raises(
+        CacheFormatError,
+        match=rf"payload of 12 bytes does not fit payload spec int32\[2\] "
+        rf"\(expected 8 bytes\): {re.escape(str(path))} sample 2",
+    ):
         _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(8, 0, "int32[2]"))
-    with pytest.raises(CacheFormatError, match="payload of 12 bytes does not fit payload spec int64.None. "
-                                               r"\(expected a multiple of 8 bytes\).* sample 2"):
+    with pytest.raises(
+        CacheFormatError,
+        match="payload of 12 bytes does not fit payload spec int64.None. "
+        r"\(expected a multiple of 8 bytes\).* sample 2",
+    ):
         _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(-1, 8, "int64[None]"))
     (done, *_), *_ = _batch(reader, cache_pos, sample_id, 1000, PayloadCheck(-1, 4, "int32[None]"))
     assert done == 3
@@ -121,8 +135,9 @@ def test_the_kernel_refuses_too_few_offsets(tmp_path):
     reader = _reader(_write(tmp_path, "c", sample_items(4)))
     cache_pos, sample_id = _rows(range(4))
     with pytest.raises(ConfigError, match="4 rows need 5 offsets"):
-        reader.gather_batch_into(cache_pos, sample_id, np.zeros(100, np.uint8), np.zeros(4, np.int64),
-                                 NO_JSON, NO_JSON, PayloadCheck())
+        reader.gather_batch_into(
+            cache_pos, sample_id, np.zeros(100, np.uint8), np.zeros(4, np.int64), NO_JSON, NO_JSON, PayloadCheck()
+        )
     reader.close()
 
 
@@ -133,6 +148,6 @@ def test_two_caches_in_one_batch(tmp_path):
     cache_pos = np.array([0, 1, 1, 0, 0, 1], dtype=np.int64)
     sample_id = np.array([3, 3, 4, 4, 5, 29], dtype=np.uint64)
     want, _ = _records(reader, cache_pos, sample_id)
-    (done, used, _b, _n), out, offsets, _ = _batch(reader, cache_pos, sample_id, 10_000)
+    (done, used, _b, _n), out, _offsets, _ = _batch(reader, cache_pos, sample_id, 10_000)
     assert done == 6 and bytes(out[:used]) == b"".join(want)
     reader.close()

@@ -14,8 +14,8 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.errors import DatasetRTError, ResourceLimitError
-from datasetrt.runtime.memory import MemoryBound
 from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.memory import MemoryBound
 from datasetrt.runtime.run import RunShape, RunSpec, planned_record_bytes
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import SlotLayout
@@ -70,18 +70,26 @@ def test_memory_guide_figures_are_what_the_code_prints():
     for line in _guide_rows():
         k, prefetch, record_kib = map(int, re.match(r"K=(\d+) prefetch=(\d+) record=(\d+)", line).groups())
         s = RunShape.plan(prefetch, k, record_kib << 10)
-        got = (f"K={k} prefetch={prefetch} record={record_kib} KiB: rows_per_task={s.rows_per_task}; "
-               + MemoryBound(s.slots, s.slot_bytes, k).describe())
+        got = (
+            f"K={k} prefetch={prefetch} record={record_kib} KiB: rows_per_task={s.rows_per_task}; "
+            + MemoryBound(s.slots, s.slot_bytes, k).describe()
+        )
         assert got == line
 
 
-@pytest.mark.parametrize(("algo", "payload_bytes", "planned"), [
-    ("none", 40_000, None),  # the largest stored record (payload + envelope)
-    ("lz4", 40_000, 2 * 40_000 + 256),
-    ("lz4", 5 * MiB, 10 * MiB + 256),
-    ("lz4", 9 * MiB, 16 * MiB),  # capped: manifests are untrusted, larger records split their tasks
-], ids=["stored", "decoded", "decoded-5MiB", "decoded-cap"])
-def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(tmp_path, algo, payload_bytes, planned):
+@pytest.mark.parametrize(
+    ("algo", "payload_bytes", "planned"),
+    [
+        ("none", 40_000, None),  # the largest stored record (payload + envelope)
+        ("lz4", 40_000, 2 * 40_000 + 256),
+        ("lz4", 5 * MiB, 10 * MiB + 256),
+        ("lz4", 9 * MiB, 16 * MiB),  # capped: manifests are untrusted, larger records split their tasks
+    ],
+    ids=["stored", "decoded", "decoded-5MiB", "decoded-cap"],
+)
+def test_planned_record_bytes_is_the_largest_stored_or_twice_the_average_decoded(
+    tmp_path, algo, payload_bytes, planned
+):
     """docs/memory-guide.md: the planned record is the largest stored record or, for a compressed
     cache, twice the average decoded payload if that is larger (+256 B, at most 16 MiB:
     runtime/run.py). Payloads of one repeated byte, which lz4 shrinks to a few KiB."""
@@ -101,14 +109,16 @@ def test_bound_is_ring_plus_one_chunk_plus_scratch_per_worker():
     bound = MemoryBound(ring_slots=6, slot_bytes=1_064_960, num_workers=2)
     assert bound.ring_bytes == 6 * 1_064_960
     assert bound.total == (6 + 1 + 2) * 1_064_960
-    assert bound.describe() == ("ring 6 slots x 1.0 MiB = 6.1 MiB + consumer chunk 1.0 MiB"
-                                " + decode scratch 2 workers x 1.0 MiB = 9.1 MiB")
+    assert bound.describe() == (
+        "ring 6 slots x 1.0 MiB = 6.1 MiB + consumer chunk 1.0 MiB + decode scratch 2 workers x 1.0 MiB = 9.1 MiB"
+    )
     bound.check(bound.total)  # exactly the bound passes
     with pytest.raises(ResourceLimitError) as info:
         bound.check(bound.total - 1)
     assert str(info.value) == (
         f"reader memory bound exceeds memory_limit_bytes ({(bound.total - 1) / MiB:.1f} MiB): {bound.describe()}; "
-        "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes")
+        "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes"
+    )
 
 
 def test_batch_run_bound_prints_held_batches_and_its_own_scratch():
@@ -116,8 +126,10 @@ def test_batch_run_bound_prints_held_batches_and_its_own_scratch():
     copied out of its slot, and the workers' scratch is the staged-records size, not a slot."""
     bound = MemoryBound(ring_slots=5, slot_bytes=3 * MiB // 2, num_workers=2, held_slots=3, scratch_bytes=3 * MiB // 4)
     assert bound.total == 5 * 3 * MiB // 2 + 3 * MiB // 2 + 2 * 3 * MiB // 4
-    assert bound.describe() == ("ring 5 slots x 1.5 MiB = 7.5 MiB (up to 3 of them batches the consumer holds)"
-                                " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 10.5 MiB")
+    assert bound.describe() == (
+        "ring 5 slots x 1.5 MiB = 7.5 MiB (up to 3 of them batches the consumer holds)"
+        " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 10.5 MiB"
+    )
 
 
 def test_a_bound_cannot_change_after_it_is_checked():
@@ -143,8 +155,17 @@ def test_a_run_spec_cannot_change_after_the_run_starts():
     """A run plans its ring, its bound and its tasks from one RunSpec (window, workers, sizes)."""
     import dataclasses
 
-    spec = RunSpec(caches=None, window=None, num_workers=2, prefetch_size=64, max_record_bytes=4096,
-                   memory_limit_bytes=1 << 30, timeout_s=5.0, fallback=None, rows_hint=16)
+    spec = RunSpec(
+        caches=None,
+        window=None,
+        num_workers=2,
+        prefetch_size=64,
+        max_record_bytes=4096,
+        memory_limit_bytes=1 << 30,
+        timeout_s=5.0,
+        fallback=None,
+        rows_hint=16,
+    )
     for field, value in (("num_workers", 3), ("prefetch_size", 4096), ("rows_hint", None), ("window", object())):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(spec, field, value)
@@ -185,24 +206,40 @@ def _cgroup_tree(tmp_path, files: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("lines, files, expected", [
-    # a non-memory v1 controller line first is skipped; the v2 limit of an ancestor is the tightest
-    (["3:cpu,cpuacct:/job", "4:memory:/job/step", "0::/user/job"],
-     {"memory/job/step/memory.limit_in_bytes": f"{300 * MiB}\n", "memory/memory.limit_in_bytes": f"{1 << 62}\n",
-      "user/job/memory.max": f"{100 * MiB}\n", "user/memory.max": f"{50 * MiB}\n", "memory.max": "max\n"},
-     50 * MiB),
-    # a v1 memory controller listed with others, limited two levels up from the process's group
-    (["0::/", "5:cpu,memory:/a/b/c"],
-     {"memory/a/memory.limit_in_bytes": f"{64 * MiB}\n", "memory/a/b/c/memory.limit_in_bytes": f"{1 << 62}\n"},
-     64 * MiB),
-    (["0::/user/job"], {"user/job/memory.max": "max\n", "user/memory.max": "max\n"}, None),
-    # unreadable or garbled limit files are no limit, not an error
-    (["0::/user/job", "7:memory:/job"], {"user/job/memory.max": "12x\n", "user/memory.max": "\n",
-                                         "memory/job/memory.limit_in_bytes": "-\n"}, None),
-    (None, {}, None),  # no /proc/self/cgroup at all (not Linux-like): unknown
-])
-def test_cgroup_limit_is_the_tightest_on_the_process_group_and_its_ancestors(tmp_path, monkeypatch, lines, files,
-                                                                              expected):
+@pytest.mark.parametrize(
+    "lines, files, expected",
+    [
+        # a non-memory v1 controller line first is skipped; the v2 limit of an ancestor is the tightest
+        (
+            ["3:cpu,cpuacct:/job", "4:memory:/job/step", "0::/user/job"],
+            {
+                "memory/job/step/memory.limit_in_bytes": f"{300 * MiB}\n",
+                "memory/memory.limit_in_bytes": f"{1 << 62}\n",
+                "user/job/memory.max": f"{100 * MiB}\n",
+                "user/memory.max": f"{50 * MiB}\n",
+                "memory.max": "max\n",
+            },
+            50 * MiB,
+        ),
+        # a v1 memory controller listed with others, limited two levels up from the process's group
+        (
+            ["0::/", "5:cpu,memory:/a/b/c"],
+            {"memory/a/memory.limit_in_bytes": f"{64 * MiB}\n", "memory/a/b/c/memory.limit_in_bytes": f"{1 << 62}\n"},
+            64 * MiB,
+        ),
+        (["0::/user/job"], {"user/job/memory.max": "max\n", "user/memory.max": "max\n"}, None),
+        # unreadable or garbled limit files are no limit, not an error
+        (
+            ["0::/user/job", "7:memory:/job"],
+            {"user/job/memory.max": "12x\n", "user/memory.max": "\n", "memory/job/memory.limit_in_bytes": "-\n"},
+            None,
+        ),
+        (None, {}, None),  # no /proc/self/cgroup at all (not Linux-like): unknown
+    ],
+)
+def test_cgroup_limit_is_the_tightest_on_the_process_group_and_its_ancestors(
+    tmp_path, monkeypatch, lines, files, expected
+):
     """A container's limit sits on an ancestor of the process's own cgroup (docs/memory-guide.md):
     every level of the v2 and v1 memory hierarchies named in /proc/self/cgroup counts."""
     from datasetrt.runtime import memory

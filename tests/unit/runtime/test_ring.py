@@ -66,8 +66,8 @@ def test_results_written_by_the_worker_are_the_parents_chunk(ring):
     assert (chunk.first, chunk.rows) == (40, 2)
     assert chunk.sample_id.dtype == np.uint64 and chunk.sample_id.tolist() == [7, 8]
     assert chunk.cache_pos.tolist() == [1, 1] and chunk.row.tolist() == [3, 4]
-    payloads = [bytes(chunk.data[o:o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
-    texts = [bytes(chunk.data[o:o + n]) for o, n in zip(chunk.json_off, chunk.json_len)]
+    payloads = [bytes(chunk.data[o : o + n]) for o, n in zip(chunk.data_off, chunk.data_len)]
+    texts = [bytes(chunk.data[o : o + n]) for o, n in zip(chunk.json_off, chunk.json_len)]
     assert payloads == [b"abc", b"z"] and texts == [b"{}", b"{}"]
 
 

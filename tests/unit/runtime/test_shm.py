@@ -25,8 +25,9 @@ def channel():
 
 
 def mapped_names() -> set[str]:
-    return {line.split()[-2] for line in Path("/proc/self/maps").read_text().splitlines()
-            if "/memfd:datasetrt-" in line}
+    return {
+        line.split()[-2] for line in Path("/proc/self/maps").read_text().splitlines() if "/memfd:datasetrt-" in line
+    }
 
 
 def test_shared_memory_has_no_name_and_its_pages_are_reserved():
@@ -59,8 +60,8 @@ def test_a_descriptor_sent_over_the_task_socket_maps_the_same_memory(channel):
         view = attach_shared_memory(received, writable=True)
         with pytest.raises(OSError):
             os.fstat(received)  # attach closed it: the mapping alone keeps the memory
-        view[SIZE - 5:SIZE] = b"hello"
-        assert mapping[SIZE - 5:SIZE] == b"hello"
+        view[SIZE - 5 : SIZE] = b"hello"
+        assert mapping[SIZE - 5 : SIZE] == b"hello"
         view.close()
     finally:
         mapping.close()

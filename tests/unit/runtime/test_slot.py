@@ -65,10 +65,10 @@ def test_worker_view_reads_and_writes_the_named_bytes():
     sample_id[:] = memoryview(bytes(8 * 3)).cast("Q")
     sample_id[2] = 2**64 - 1
     offset, _ = layout.array("sample_id")
-    assert ring[base + offset + 16: base + offset + 24] == b"\xff" * 8
+    assert ring[base + offset + 16 : base + offset + 24] == b"\xff" * 8
     data = slot.region("data")
     data[:3] = b"abc"
-    assert ring[base + layout.header_bytes: base + layout.header_bytes + 3] == b"abc"
+    assert ring[base + layout.header_bytes : base + layout.header_bytes + 3] == b"abc"
     assert len(data) == layout.slot_bytes - layout.header_bytes
     assert not any(ring[: layout.slot_bytes])  # slot 0 untouched
     del sample_id, data

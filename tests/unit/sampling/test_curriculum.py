@@ -29,20 +29,32 @@ def stream_rows() -> tuple[StreamRows, list[list[int]]]:
 
 def mix(weights, stop=False) -> Mixture:
     total = sum(weights)
-    return Mixture({n: f"{w}/{total}" for n, w in zip(NAMES, weights) if w}, STREAMS,
-                   on_exhausted="stop" if stop else "next_epoch")
+    return Mixture(
+        {n: f"{w}/{total}" for n, w in zip(NAMES, weights) if w}, STREAMS, on_exhausted="stop" if stop else "next_epoch"
+    )
 
 
 def three_stages(batch=8):
-    return Curriculum([Stage(mix([1, 1, 2]), batches=5, name="warmup"),
-                       Stage(mix([0, 3, 1]), samples=10 * batch, name="main"),
-                       Stage(mix([1, 0, 4]), name="anneal")], batch_size=batch)
+    return Curriculum(
+        [
+            Stage(mix([1, 1, 2]), batches=5, name="warmup"),
+            Stage(mix([0, 3, 1]), samples=10 * batch, name="main"),
+            Stage(mix([1, 0, 4]), name="anneal"),
+        ],
+        batch_size=batch,
+    )
 
 
 def simulate(cur: Curriculum, seed: int, total: int, advances: dict[int, int]):
     orders = ref.Orders(seed, [stream_label(n) for n in NAMES], [[1] * s for s in SIZES])
-    stages = [{"weights": list(_weights_over(stage.mixture)), "samples": cur.samples(i),
-               "stop": stage.mixture.on_exhausted == "stop"} for i, stage in enumerate(cur.stages)]
+    stages = [
+        {
+            "weights": list(_weights_over(stage.mixture)),
+            "samples": cur.samples(i),
+            "stop": stage.mixture.on_exhausted == "stop",
+        }
+        for i, stage in enumerate(cur.stages)
+    ]
     return ref.curriculum(orders, stream_rows()[1], stages, cur.batch_size, total, advances)
 
 
@@ -65,7 +77,7 @@ def run(plan: CurriculumPlan, total: int, batch: int, advance_at=(), resume_at=N
             assert plan.load_state_dict(state) == position
             resume_at = None
         while pending and pending[0] <= position:
-            p = pending.pop(0)
+            pending.pop(0)
             g = plan.stage_at(position)
             if g + 1 < len(plan.stages):
                 advances[position] = g
@@ -97,25 +109,52 @@ def test_stages_follow_the_simulation_with_streams_continuing():
 
 
 @PROPS
-@given(seed=st.integers(0, 2**64 - 1), batch=st.integers(1, 6), lengths=st.lists(st.integers(0, 6), min_size=2, max_size=2),
-       weights=st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(lambda w: sum(w) > 0), min_size=3, max_size=3),
-       stops=st.lists(st.booleans(), min_size=3, max_size=3),
-       advance_at=st.lists(st.integers(0, 120), max_size=3), resume_at=st.none() | st.integers(0, 120))
-@example(seed=0, batch=4, lengths=[3, 3], weights=[[1, 1, 1], [1, 0, 0], [0, 0, 1]], stops=[True, True, True],
-         advance_at=[5], resume_at=6)
-@example(seed=1, batch=3, lengths=[0, 2], weights=[[1, 0, 0], [0, 1, 0], [0, 0, 1]], stops=[False, False, False],
-         advance_at=[0, 1, 2], resume_at=3)
+@given(
+    seed=st.integers(0, 2**64 - 1),
+    batch=st.integers(1, 6),
+    lengths=st.lists(st.integers(0, 6), min_size=2, max_size=2),
+    weights=st.lists(
+        st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(lambda w: sum(w) > 0), min_size=3, max_size=3
+    ),
+    stops=st.lists(st.booleans(), min_size=3, max_size=3),
+    advance_at=st.lists(st.integers(0, 120), max_size=3),
+    resume_at=st.none() | st.integers(0, 120),
+)
+@example(
+    seed=0,
+    batch=4,
+    lengths=[3, 3],
+    weights=[[1, 1, 1], [1, 0, 0], [0, 0, 1]],
+    stops=[True, True, True],
+    advance_at=[5],
+    resume_at=6,
+)
+@example(
+    seed=1,
+    batch=3,
+    lengths=[0, 2],
+    weights=[[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+    stops=[False, False, False],
+    advance_at=[0, 1, 2],
+    resume_at=3,
+)
 def test_advance_and_resume_match_the_simulation(seed, batch, lengths, weights, stops, advance_at, resume_at):
-    cur = Curriculum([Stage(mix(weights[0], stops[0]), batches=lengths[0]),
-                      Stage(mix(weights[1], stops[1]), samples=lengths[1] * batch),
-                      Stage(mix(weights[2], stops[2]))], batch_size=batch)
+    cur = Curriculum(
+        [
+            Stage(mix(weights[0], stops[0]), batches=lengths[0]),
+            Stage(mix(weights[1], stops[1]), samples=lengths[1] * batch),
+            Stage(mix(weights[2], stops[2])),
+        ],
+        batch_size=batch,
+    )
     total = 150
     rows, stages, advances = run(CurriculumPlan(cur, stream_rows()[0], seed), total, batch, advance_at)
     expected = simulate(cur, seed, total, advances)
     assert rows == [r for r, _s, _g in expected]
     assert stages == [g for _r, _s, g in expected[::batch]]
-    resumed, resumed_stages, _ = run(CurriculumPlan(cur, stream_rows()[0], seed), total, batch, advance_at,
-                                     resume_at=resume_at, seed=seed, cur=cur)
+    resumed, resumed_stages, _ = run(
+        CurriculumPlan(cur, stream_rows()[0], seed), total, batch, advance_at, resume_at=resume_at, seed=seed, cur=cur
+    )
     assert resumed == rows and resumed_stages == stages
 
 
@@ -124,8 +163,10 @@ def test_resume_mid_stage_and_across_stages_is_bit_identical():
     base = run(CurriculumPlan(cur, stream_rows()[0], 9), 400, 8, advance_at=[60])
     assert base[2] == {64: 1}  # advance() at 60 (stage "main") took effect at the next batch boundary
     for resume_at in (16, 44, 64, 70, 200):  # mid warmup, mid main, at the advanced boundary, after, anneal
-        assert run(CurriculumPlan(cur, stream_rows()[0], 9), 400, 8, advance_at=[60], resume_at=resume_at,
-                   seed=9, cur=cur) == base
+        assert (
+            run(CurriculumPlan(cur, stream_rows()[0], 9), 400, 8, advance_at=[60], resume_at=resume_at, seed=9, cur=cur)
+            == base
+        )
 
 
 def test_state_after_an_advance_keeps_the_cut_stage_end():
@@ -166,37 +207,98 @@ def test_advance_refusals():
         plan.advance(-3)
 
 
-@pytest.mark.parametrize("build, error, match", [
-    (lambda: Curriculum([Stage(mix([1, 1, 1]), samples=10)], batch_size=4), SamplingConfigError, "10 samples is not a whole"),
-    (lambda: Curriculum([Stage(mix([1, 1, 1])), Stage(mix([1, 0, 0]))], batch_size=4), SamplingConfigError, "only the last"),
-    (lambda: Curriculum([Stage(mix([1, 1, 1]), batches=1, name="x"), Stage(mix([1, 0, 0]), name="x")], batch_size=4),
-     SamplingConfigError, "two stages are named 'x'"),
-    (lambda: Curriculum([Stage(mix([1, 1, 1]), batches=1),
-                         Stage(Mixture({"a": 1}, {"a": Stream.by_cache("other")}))], batch_size=4),
-     SamplingConfigError, r"stream 'a' is caches \['other'\] in stage 1"),
-    (lambda: Curriculum([Stage(mix([1, 1, 1]), batches=1),
-                         Stage(Mixture({"a": 1}, STREAMS, order="weighted"))], batch_size=4), SamplingConfigError, "one order"),
-    (lambda: Curriculum([], batch_size=4), SamplingConfigError, "at least one stage"),
-    (lambda: Curriculum([Stage(mix([1, 1, 1]))], batch_size=0), SamplingConfigError, "batch_size"),
-    (lambda: Stage(mix([1, 1, 1]), samples=8, batches=1), SamplingConfigError, "not both"),
-    (lambda: Stage(mix([1, 1, 1]), batches=-1), SamplingConfigError, ">= 0"),
-    (lambda: Stage({"a": 1}), ArgumentTypeError, "Mixture"),
-])
+@pytest.mark.parametrize(
+    "build, error, match",
+    [
+        (
+            lambda: Curriculum([Stage(mix([1, 1, 1]), samples=10)], batch_size=4),
+            SamplingConfigError,
+            "10 samples is not a whole",
+        ),
+        (
+            lambda: Curriculum([Stage(mix([1, 1, 1])), Stage(mix([1, 0, 0]))], batch_size=4),
+            SamplingConfigError,
+            "only the last",
+        ),
+        (
+            lambda: Curriculum(
+                [Stage(mix([1, 1, 1]), batches=1, name="x"), Stage(mix([1, 0, 0]), name="x")], batch_size=4
+            ),
+            SamplingConfigError,
+            "two stages are named 'x'",
+        ),
+        (
+            lambda: Curriculum(
+                [Stage(mix([1, 1, 1]), batches=1), Stage(Mixture({"a": 1}, {"a": Stream.by_cache("other")}))],
+                batch_size=4,
+            ),
+            SamplingConfigError,
+            r"stream 'a' is caches \['other'\] in stage 1",
+        ),
+        (
+            lambda: Curriculum(
+                [Stage(mix([1, 1, 1]), batches=1), Stage(Mixture({"a": 1}, STREAMS, order="weighted"))], batch_size=4
+            ),
+            SamplingConfigError,
+            "one order",
+        ),
+        (lambda: Curriculum([], batch_size=4), SamplingConfigError, "at least one stage"),
+        (lambda: Curriculum([Stage(mix([1, 1, 1]))], batch_size=0), SamplingConfigError, "batch_size"),
+        (lambda: Stage(mix([1, 1, 1]), samples=8, batches=1), SamplingConfigError, "not both"),
+        (lambda: Stage(mix([1, 1, 1]), batches=-1), SamplingConfigError, ">= 0"),
+        (lambda: Stage({"a": 1}), ArgumentTypeError, "Mixture"),
+    ],
+)
 def test_bad_curricula_are_refused(build, error, match):
     with pytest.raises(error, match=match):
         build()
 
 
-@pytest.mark.parametrize("other, match", [
-    (lambda: Curriculum([Stage(mix([1, 1, 2]), batches=5, name="warmup"), Stage(mix([0, 3, 1]), batches=11, name="main"),
-                         Stage(mix([1, 0, 4]), name="anneal")], batch_size=8), r"stage 1 \('main'\): samples differs \(state 80, here 88\)"),
-    (lambda: Curriculum([Stage(mix([1, 1, 2]), batches=5, name="warmup"), Stage(mix([0, 3, 1]), batches=10, name="main")],
-                        batch_size=8), r"number of stages differs \(state 3, here 2\)"),
-    (lambda: Curriculum([Stage(mix([1, 1, 2]), batches=5, name="warmup"), Stage(mix([0, 1, 1]), batches=10, name="main"),
-                         Stage(mix([1, 0, 4]), name="anneal")], batch_size=8), r"stream 'b' differs \(state 3/4, here 1/2\)"),
-    (lambda: Curriculum([Stage(mix([1, 1, 2]), batches=10, name="warmup"), Stage(mix([0, 3, 1]), batches=20, name="main"),
-                         Stage(mix([1, 0, 4]), name="anneal")], batch_size=4), r"batch size differ \(state 8, here 4\)"),
-])
+@pytest.mark.parametrize(
+    "other, match",
+    [
+        (
+            lambda: Curriculum(
+                [
+                    Stage(mix([1, 1, 2]), batches=5, name="warmup"),
+                    Stage(mix([0, 3, 1]), batches=11, name="main"),
+                    Stage(mix([1, 0, 4]), name="anneal"),
+                ],
+                batch_size=8,
+            ),
+            r"stage 1 \('main'\): samples differs \(state 80, here 88\)",
+        ),
+        (
+            lambda: Curriculum(
+                [Stage(mix([1, 1, 2]), batches=5, name="warmup"), Stage(mix([0, 3, 1]), batches=10, name="main")],
+                batch_size=8,
+            ),
+            r"number of stages differs \(state 3, here 2\)",
+        ),
+        (
+            lambda: Curriculum(
+                [
+                    Stage(mix([1, 1, 2]), batches=5, name="warmup"),
+                    Stage(mix([0, 1, 1]), batches=10, name="main"),
+                    Stage(mix([1, 0, 4]), name="anneal"),
+                ],
+                batch_size=8,
+            ),
+            r"stream 'b' differs \(state 3/4, here 1/2\)",
+        ),
+        (
+            lambda: Curriculum(
+                [
+                    Stage(mix([1, 1, 2]), batches=10, name="warmup"),
+                    Stage(mix([0, 3, 1]), batches=20, name="main"),
+                    Stage(mix([1, 0, 4]), name="anneal"),
+                ],
+                batch_size=4,
+            ),
+            r"batch size differ \(state 8, here 4\)",
+        ),
+    ],
+)
 def test_state_of_another_stage_list_is_refused(other, match):
     plan = CurriculumPlan(three_stages(), stream_rows()[0], 1)
     state = plan.state_dict(100)

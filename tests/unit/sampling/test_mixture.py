@@ -21,7 +21,11 @@ from datasetrt.errors import (
 from datasetrt.sampling import Mixture, Stream, StreamRows
 from datasetrt.sampling.mixture import MAX_PERIOD
 
-WEB, CODE, BOOKS = Stream.by_column("source", "web"), Stream.by_column("source", "code", "nb"), Stream.by_cache("c/books")
+WEB, CODE, BOOKS = (
+    Stream.by_column("source", "web"),
+    Stream.by_column("source", "code", "nb"),
+    Stream.by_cache("c/books"),
+)
 STREAMS = {"web": WEB, "code": CODE, "books": BOOKS}
 
 
@@ -45,16 +49,22 @@ def test_proportions_are_exact_and_give_integer_weights():
     assert partial.weights == (1, 0, 0)
 
 
-@pytest.mark.parametrize("props, match", [
-    ({"web": 0.5, "code": 0.3}, r"sum to 1, they sum to 0\.8"),
-    ({"web": 0.6, "code": 0.3, "books": 0.2}, r"sum to 1, they sum to 1\.1"),
-    ({"web": 1 / 3, "code": 1 / 3, "books": 1 / 3}, r"Fraction\(1, 3\)"),
-    ({"web": 1.2, "code": -0.2}, r"stream 'code' is negative: -0\.2"),
-    ({"web": float("nan"), "code": 1}, r"stream 'web' is not a finite number"),
-    ({"web": "x", "code": 1}, r"stream 'web' is not a finite number"),
-    ({"web": 0.5, "code": 0.5000001, "books": -0.0000001}, r"negative"),
-    ({"web": Fraction(1, MAX_PERIOD + 1), "code": 1 - Fraction(1, MAX_PERIOD + 1)}, r"common denominator is 1048577.*stream 'web'"),
-])
+@pytest.mark.parametrize(
+    "props, match",
+    [
+        ({"web": 0.5, "code": 0.3}, r"sum to 1, they sum to 0\.8"),
+        ({"web": 0.6, "code": 0.3, "books": 0.2}, r"sum to 1, they sum to 1\.1"),
+        ({"web": 1 / 3, "code": 1 / 3, "books": 1 / 3}, r"Fraction\(1, 3\)"),
+        ({"web": 1.2, "code": -0.2}, r"stream 'code' is negative: -0\.2"),
+        ({"web": float("nan"), "code": 1}, r"stream 'web' is not a finite number"),
+        ({"web": "x", "code": 1}, r"stream 'web' is not a finite number"),
+        ({"web": 0.5, "code": 0.5000001, "books": -0.0000001}, r"negative"),
+        (
+            {"web": Fraction(1, MAX_PERIOD + 1), "code": 1 - Fraction(1, MAX_PERIOD + 1)},
+            r"common denominator is 1048577.*stream 'web'",
+        ),
+    ],
+)
 def test_bad_proportions_are_refused(props, match):
     with pytest.raises(SamplingConfigError, match=match):
         Mixture(props, STREAMS)
@@ -81,8 +91,12 @@ def test_stream_selections():
     for bad in (lambda: Stream.by_cache(), lambda: Stream.by_column("c")):
         with pytest.raises(SamplingConfigError):
             bad()
-    for bad in (lambda: Stream.by_cache(1.5), lambda: Stream.by_column("", 1), lambda: Stream.by_column("c", None),
-                lambda: Stream.by_column("c", float("inf"))):
+    for bad in (
+        lambda: Stream.by_cache(1.5),
+        lambda: Stream.by_column("", 1),
+        lambda: Stream.by_column("c", None),
+        lambda: Stream.by_column("c", float("inf")),
+    ):
         with pytest.raises(ArgumentTypeError):
             bad()
     with pytest.raises(SamplingConfigError, match="u64"):
@@ -102,7 +116,9 @@ def test_shorthands_name_streams_by_value_or_cache():
 
 def test_mixtures_compare_by_value():
     a = Mixture({"web": 0.5, "code": 0.5}, STREAMS)
-    assert a == Mixture({"code": "1/2", "web": Fraction(1, 2)}, STREAMS) and hash(a) == hash(Mixture({"web": 0.5, "code": 0.5}, STREAMS))
+    assert a == Mixture({"code": "1/2", "web": Fraction(1, 2)}, STREAMS) and hash(a) == hash(
+        Mixture({"web": 0.5, "code": 0.5}, STREAMS)
+    )
     assert a != Mixture({"web": 0.5, "code": 0.5}, STREAMS, on_exhausted="stop")
     assert "Mixture({'web': '1/2'" in repr(a)
 

@@ -36,13 +36,17 @@ def test_each_epoch_holds_every_row_once(n, seed, epochs):
     got = order.rows(0, n * epochs)
     assert got.dtype == np.int64
     for e in range(epochs):
-        assert np.array_equal(np.sort(got[e * n:(e + 1) * n]), np.arange(n))
+        assert np.array_equal(np.sort(got[e * n : (e + 1) * n]), np.arange(n))
     assert got.tolist() == ref.permuted(seed, DATASET_LABEL, [1] * n, 0, n * epochs)
 
 
 @PROPS
-@given(counts=st.lists(st.integers(1, 6), min_size=1, max_size=40), seed=st.integers(0, 2**64 - 1),
-       first=st.integers(0, 300), count=st.integers(0, 300))
+@given(
+    counts=st.lists(st.integers(1, 6), min_size=1, max_size=40),
+    seed=st.integers(0, 2**64 - 1),
+    first=st.integers(0, 300),
+    count=st.integers(0, 300),
+)
 @example(counts=[3], seed=0, first=0, count=9)
 @example(counts=[1, 1, 5], seed=0, first=5, count=14)
 def test_integer_weights_are_repeat_counts(counts, seed, first, count):
@@ -74,7 +78,9 @@ def test_epochs_and_seeds_and_labels_differ():
 
 def test_all_ones_weights_are_the_unweighted_order():
     assert repeat_counts(np.ones(4)) is None
-    assert np.array_equal(EpochPermutation.from_weights(3, np.ones(50)).rows(0, 120), EpochPermutation(3, 50).rows(0, 120))
+    assert np.array_equal(
+        EpochPermutation.from_weights(3, np.ones(50)).rows(0, 120), EpochPermutation(3, 50).rows(0, 120)
+    )
 
 
 @pytest.mark.parametrize("bad", [0.5, 2.5, 0.0, -1.0, float("nan"), float("inf"), 2.0**53 + 2])
@@ -98,7 +104,9 @@ def test_invalid_orders_are_refused():
 
 def test_stream_label_is_stable():
     assert stream_label("web") == stream_label("web") != stream_label("code")
-    assert stream_label("web") == int.from_bytes(__import__("hashlib").blake2b(b"web", digest_size=8).digest(), "little")
+    assert stream_label("web") == int.from_bytes(
+        __import__("hashlib").blake2b(b"web", digest_size=8).digest(), "little"
+    )
 
 
 # -- memory ----------------------------------------------------------------------------------------
@@ -125,8 +133,9 @@ def test_planning_a_block_at_1e8_rows_allocates_no_order_array():
     order = EpochPermutation(2024, n)
     order.rows(0, 16)  # warm up (first-call allocations of numpy and the kernel)
     rss_before = _rss()
-    ranges, peak = traced_peak(lambda: [(b.min(), b.max()) for b in map(lambda f: order.rows(f, 4096),
-                                                                         (0, n - 2048, 7 * n + 12345, 10**15))])
+    ranges, peak = traced_peak(
+        lambda: [(b.min(), b.max()) for b in (order.rows(f, 4096) for f in (0, n - 2048, 7 * n + 12345, 10**15))]
+    )
     assert all(low >= 0 and high < n for low, high in ranges)  # one block alive at a time
     assert peak < 256 * 1024, f"tracemalloc peak {peak} bytes"
     assert _rss() - rss_before < 16 * 1024 * 1024  # an order array would add ~800 MB

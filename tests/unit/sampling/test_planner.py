@@ -1,11 +1,11 @@
 """datasetrt.sampling.planner against plain references: the cyclic cursor and tests/reference/rng048."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-import dataclasses
 
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
@@ -21,9 +21,11 @@ def catalog(counts=(3, 0, 4)) -> CacheCatalog:
 
 
 def active(cat: CacheCatalog, pairs, weights) -> ActiveRows:
-    return ActiveRows(cache_pos=np.array([p for p, _ in pairs], dtype=np.int64),
-                      sample_id=np.array([s for _, s in pairs], dtype=np.uint64),
-                      weights=np.asarray(weights, dtype=np.float64))
+    return ActiveRows(
+        cache_pos=np.array([p for p, _ in pairs], dtype=np.int64),
+        sample_id=np.array([s for _, s in pairs], dtype=np.uint64),
+        weights=np.asarray(weights, dtype=np.float64),
+    )
 
 
 def physical_pairs(cat: CacheCatalog):
@@ -73,8 +75,13 @@ def test_cumulative_matches_reference_and_is_cached():
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 30), start=st.integers(0, 29), length=st.integers(1, 80),
-       first=st.integers(0, 80), count=st.integers(0, 40))
+@given(
+    n=st.integers(1, 30),
+    start=st.integers(0, 29),
+    length=st.integers(1, 80),
+    first=st.integers(0, 80),
+    count=st.integers(0, 40),
+)
 def test_ordered_rows_are_cyclic(n, start, length, first, count):
     start %= n
     pop = Population(CacheCatalog([1], [n], ["a"]))
@@ -110,8 +117,13 @@ EDGE_STARTS = (2**63, 2**63 + 7, M64, M64 - 3)
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=u64, counts=st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
-       start=st.one_of(st.integers(0, 100), u64), first=st.integers(0, 20), count=st.integers(0, 20))
+@given(
+    seed=u64,
+    counts=st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(lambda c: sum(c) > 0),
+    start=st.one_of(st.integers(0, 100), u64),
+    first=st.integers(0, 20),
+    count=st.integers(0, 20),
+)
 @example(seed=7, counts=[3, 0, 4], start=2**63, first=0, count=5)
 @example(seed=M64, counts=[6, 6], start=2**63 - 2, first=1, count=6)  # crosses 2**63
 @example(seed=0, counts=[5], start=M64, first=0, count=4)  # wraps to 0
@@ -125,8 +137,13 @@ def test_shuffled_physical_rows_equal_uniform_draws(seed, counts, start, first, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=u64, weights=weights_st, start=st.one_of(st.integers(0, 100), u64),
-       first=st.integers(0, 20), count=st.integers(0, 20))
+@given(
+    seed=u64,
+    weights=weights_st,
+    start=st.one_of(st.integers(0, 100), u64),
+    first=st.integers(0, 20),
+    count=st.integers(0, 20),
+)
 @example(seed=7, weights=[1.0, 2.0, 3.0], start=2**63, first=0, count=5)
 @example(seed=3, weights=[0.5, 4.0], start=M64 - 1, first=1, count=5)  # wraps to 0
 def test_shuffled_active_rows_equal_weighted_draws(seed, weights, start, first, count):
@@ -166,8 +183,15 @@ def test_shuffled_resolves_active_position_with_duplicates():
 
 
 @settings(max_examples=80, deadline=None)
-@given(shuffle=st.booleans(), weighted=st.booleans(), seed=u64, start=st.integers(0, 50),
-       length=st.integers(0, 60), block_a=st.integers(1, 70), block_b=st.integers(1, 70))
+@given(
+    shuffle=st.booleans(),
+    weighted=st.booleans(),
+    seed=u64,
+    start=st.integers(0, 50),
+    length=st.integers(0, 60),
+    block_a=st.integers(1, 70),
+    block_b=st.integers(1, 70),
+)
 def test_blocks_concatenation_independent_of_block_size(shuffle, weighted, seed, start, length, block_a, block_b):
     cat = catalog((3, 0, 4))
     pairs = physical_pairs(cat)
@@ -227,8 +251,15 @@ def test_consecutive_windows_continue_one_stream(seed, lengths):
 
 
 @settings(max_examples=80, deadline=None)
-@given(shuffle=st.booleans(), weighted=st.booleans(), seed=u64, start=st.integers(0, 50),
-       first=st.integers(0, 40), count=st.integers(0, 30), inner=st.integers(0, 10))
+@given(
+    shuffle=st.booleans(),
+    weighted=st.booleans(),
+    seed=u64,
+    start=st.integers(0, 50),
+    first=st.integers(0, 40),
+    count=st.integers(0, 30),
+    inner=st.integers(0, 10),
+)
 def test_sub_windows_are_the_same_positions(shuffle, weighted, seed, start, first, count, inner):
     """`sub(first, count)` reads the window's positions [first, first+count), also past its
     length (the stream continues), and subs of subs compose; its start is where a reservation

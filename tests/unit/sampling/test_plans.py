@@ -54,8 +54,14 @@ weights_st = st.lists(st.integers(0, 9), min_size=3, max_size=3).filter(lambda w
 
 
 @PROPS
-@given(w=weights_st, sizes=st.lists(st.integers(1, 30), min_size=3, max_size=3), seed=st.integers(0, 2**64 - 1),
-       stop=st.booleans(), first=st.integers(0, 200), count=st.integers(0, 200))
+@given(
+    w=weights_st,
+    sizes=st.lists(st.integers(1, 30), min_size=3, max_size=3),
+    seed=st.integers(0, 2**64 - 1),
+    stop=st.booleans(),
+    first=st.integers(0, 200),
+    count=st.integers(0, 200),
+)
 @example(w=[5, 3, 2], sizes=[1, 1, 1], seed=0, stop=False, first=0, count=50)
 @example(w=[0, 1, 0], sizes=[3, 4, 5], seed=1, stop=True, first=0, count=4)
 def test_rows_match_the_sequential_simulation(w, sizes, seed, stop, first, count):
@@ -70,8 +76,8 @@ def test_rows_match_the_sequential_simulation(w, sizes, seed, stop, first, count
             with pytest.raises(PlanRangeError):
                 plan.rows(first, count)
             return
-    assert plan.rows(first, count).tolist() == [r for r, _s, _g in expected[first:first + count]]
-    assert plan.streams_at(first, count).tolist() == [s for _r, s, _g in expected[first:first + count]]
+    assert plan.rows(first, count).tolist() == [r for r, _s, _g in expected[first : first + count]]
+    assert plan.streams_at(first, count).tolist() == [s for _r, s, _g in expected[first : first + count]]
 
 
 @PROPS
@@ -101,7 +107,7 @@ def test_prefix_bound_and_exactly_once_with_very_different_stream_sizes():
         size = len(rows[s])
         full = len(taken) // size * size
         for e in range(0, full, size):
-            assert np.array_equal(np.sort(taken[e:e + size]), np.array(rows[s]))
+            assert np.array_equal(np.sort(taken[e : e + size]), np.array(rows[s]))
         assert len(np.unique(taken[full:])) == len(taken) - full
     progress = {p.name: p for p in plan.progress(n_total)}
     assert (progress["a"].samples, progress["a"].epoch, progress["a"].epoch_position) == (50_000, 5_000, 0)
@@ -120,7 +126,7 @@ def test_any_share_layout_slices_the_same_plan():
                 for b in range(rank + worker * world, len(whole) // batch + 1, world * workers):
                     first, count = b * batch, min(batch, len(whole) - b * batch)
                     if count > 0:
-                        got[first:first + count] = MixturePlan(mix, make_rows([7, 50, 300])[0], 3).rows(first, count)
+                        got[first : first + count] = MixturePlan(mix, make_rows([7, 50, 300])[0], 3).rows(first, count)
         assert np.array_equal(got, whole)
 
 
@@ -176,13 +182,22 @@ def test_state_round_trips_through_json_and_resumes_exactly():
     assert np.array_equal(clone.rows(19_000, 1_000), whole[19_000:])
 
 
-@pytest.mark.parametrize("other, match", [
-    (lambda: (mixture({"a": 0.6, "b": 0.2, "c": 0.2}), 5, [10, 100, 50]), r"stage 0 \('mixture'\): the proportion of stream 'a' differs \(state 1/2, here 3/5\)"),
-    (lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}), 6, [10, 100, 50]), r"seed differ \(state 5, here 6\)"),
-    (lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}), 5, [10, 101, 50]), r"stream sizes differ"),
-    (lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}, on_exhausted="stop"), 5, [10, 100, 50]), r"on_exhausted differs"),
-    (lambda: (mixture({"a": 0.5, "b": 0.5}), 5, [10, 100]), r"streams differ"),
-])
+@pytest.mark.parametrize(
+    "other, match",
+    [
+        (
+            lambda: (mixture({"a": 0.6, "b": 0.2, "c": 0.2}), 5, [10, 100, 50]),
+            r"stage 0 \('mixture'\): the proportion of stream 'a' differs \(state 1/2, here 3/5\)",
+        ),
+        (lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}), 6, [10, 100, 50]), r"seed differ \(state 5, here 6\)"),
+        (lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}), 5, [10, 101, 50]), r"stream sizes differ"),
+        (
+            lambda: (mixture({"a": 0.5, "b": 0.3, "c": 0.2}, on_exhausted="stop"), 5, [10, 100, 50]),
+            r"on_exhausted differs",
+        ),
+        (lambda: (mixture({"a": 0.5, "b": 0.5}), 5, [10, 100]), r"streams differ"),
+    ],
+)
 def test_state_of_another_mixture_is_refused_naming_the_difference(other, match):
     plan = MixturePlan(mixture({"a": 0.5, "b": 0.3, "c": 0.2}), make_rows([10, 100, 50])[0], 5)
     state = plan.state_dict(77)
@@ -201,10 +216,15 @@ def test_state_with_other_rows_or_edited_fields_is_refused():
     shuffled = StreamRows({"a": np.arange(10)[::-1], "b": np.arange(10, 30)})
     with pytest.raises(SamplingStateError, match="rows or weights of stream 'a' differ"):
         MixturePlan(mix, shuffled, 1).load_state_dict(state)
-    for key, value, match in [("stream_positions", [16, 17], "inconsistent"), ("position", -1, "invalid"),
-                              ("fingerprint", "0" * 32, "fingerprint"), ("kind", "x", "not a"),
-                              ("version", 9, "version"), ("stage_stream_positions", [0], "invalid"),
-                              ("stage_end", 5, "outside")]:
+    for key, value, match in [
+        ("stream_positions", [16, 17], "inconsistent"),
+        ("position", -1, "invalid"),
+        ("fingerprint", "0" * 32, "fingerprint"),
+        ("kind", "x", "not a"),
+        ("version", 9, "version"),
+        ("stage_stream_positions", [0], "invalid"),
+        ("stage_end", 5, "outside"),
+    ]:
         with pytest.raises(SamplingStateError, match=match):
             MixturePlan(mix, make_rows([10, 20])[0], 1).load_state_dict({**state, key: value})
     with pytest.raises(SamplingStateError):
@@ -248,9 +268,15 @@ def test_mixture_and_curriculum_plans_over_1e8_rows_allocate_no_o_n_table():
     bounds = np.cumsum([0, *sizes.values()])
     streams = {k: Stream.by_column("s", k) for k in sizes}
     mix = Mixture({"small": 0.5, "medium": 0.3, "large": 0.2}, streams)
-    cur = Curriculum([Stage(Mixture({"small": 0.2, "medium": 0.3, "large": 0.5}, streams), batches=1000),
-                      Stage(mix, batches=1000), Stage(Mixture({"large": 1}, streams))], batch_size=256)
-    MixturePlan(mix, StreamRows({"w": range(0, 4)} | {k: range(0, 2) for k in sizes}), 1).rows(0, 16)  # warm-up
+    cur = Curriculum(
+        [
+            Stage(Mixture({"small": 0.2, "medium": 0.3, "large": 0.5}, streams), batches=1000),
+            Stage(mix, batches=1000),
+            Stage(Mixture({"large": 1}, streams)),
+        ],
+        batch_size=256,
+    )
+    MixturePlan(mix, StreamRows({"w": range(4)} | {k: range(2) for k in sizes}), 1).rows(0, 16)  # warm-up
     rss_before = _rss()
 
     def plan_blocks():

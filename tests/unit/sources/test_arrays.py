@@ -28,7 +28,8 @@ def test_scalar_records_and_the_index_column():
     out = list(source)
     assert source.payload_spec == PayloadSpec("int64", ())
     assert [(bytes(memoryview(d)), m) for d, m in out] == [
-        (np.int64(v).tobytes(), {"row": i}) for i, v in enumerate([5, 6, 7])]
+        (np.int64(v).tobytes(), {"row": i}) for i, v in enumerate([5, 6, 7])
+    ]
 
 
 def test_ragged_records_by_offsets():
@@ -49,15 +50,18 @@ def test_memory_mapped_input(tmp_path):
     assert len(out) == 1000 and out[999][0].tolist() == [3996, 3997, 3998, 3999]
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"data": [1, 2]}, ArgumentTypeError, "numpy array"),
-    ({"data": np.array(["a"])}, ConfigError, "not a number or bool dtype"),
-    ({"data": np.array(3)}, ConfigError, "at least one dimension"),
-    ({"data": np.arange(4), "offsets": [0, 2, 5]}, ConfigError, "end at len"),
-    ({"data": np.arange(4), "offsets": [0, 3, 2, 4]}, ConfigError, "never decrease"),
-    ({"data": np.arange(4), "metadata": {"m": np.arange(3)}}, ConfigError, "1-D of length 4"),
-    ({"data": np.arange(4), "metadata": {"data": np.arange(4)}}, ConfigError, "taken by the payload"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"data": [1, 2]}, ArgumentTypeError, "numpy array"),
+        ({"data": np.array(["a"])}, ConfigError, "not a number or bool dtype"),
+        ({"data": np.array(3)}, ConfigError, "at least one dimension"),
+        ({"data": np.arange(4), "offsets": [0, 2, 5]}, ConfigError, "end at len"),
+        ({"data": np.arange(4), "offsets": [0, 3, 2, 4]}, ConfigError, "never decrease"),
+        ({"data": np.arange(4), "metadata": {"m": np.arange(3)}}, ConfigError, "1-D of length 4"),
+        ({"data": np.arange(4), "metadata": {"data": np.arange(4)}}, ConfigError, "taken by the payload"),
+    ],
+)
 def test_argument_checks(kwargs, error, match):
     with pytest.raises(error, match=match):
         NumpySource("bad", **kwargs)
@@ -67,7 +71,13 @@ def test_bad_metadata_values_name_the_row():
     scores = np.array([0.5, 1.5, np.nan, 2.0])
     with pytest.raises(SourceInputError) as info:
         list(NumpySource("n", np.zeros((4, 2), np.uint8), metadata={"score": scores}))
-    assert str(info.value) == "numpy arrays of source 'n': row 2: metadata column 'score' (double) is nan; " \
-                              "float metadata must be finite"
+    assert (
+        str(info.value) == "numpy arrays of source 'n': row 2: metadata column 'score' (double) is nan; "
+        "float metadata must be finite"
+    )
     with pytest.raises(SourceInputError, match="column 'when' has type timestamp"):
-        list(NumpySource("t", np.zeros((2, 2)), metadata={"when": np.array(["2024-01-01", "2024-01-02"], "datetime64[s]")}))
+        list(
+            NumpySource(
+                "t", np.zeros((2, 2)), metadata={"when": np.array(["2024-01-01", "2024-01-02"], "datetime64[s]")}
+            )
+        )

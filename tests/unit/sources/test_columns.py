@@ -24,12 +24,15 @@ def refused(table, match, **columns):
     return str(info.value)
 
 
-@pytest.mark.parametrize("payload_type", [pa.binary(), pa.large_binary(), pa.binary_view(), pa.string(),
-                                          pa.large_string(), pa.string_view()])
+@pytest.mark.parametrize(
+    "payload_type", [pa.binary(), pa.large_binary(), pa.binary_view(), pa.string(), pa.large_string(), pa.string_view()]
+)
 def test_byte_payloads_of_every_binary_and_string_type(payload_type):
     values = [b"a", b"", b"xyz" * 100, "\u00e9t\u00e9".encode()]
-    column = pa.array([v if pa.types.is_binary(payload_type) or "binary" in str(payload_type) else v.decode() for v in values],
-                      type=payload_type)
+    column = pa.array(
+        [v if pa.types.is_binary(payload_type) or "binary" in str(payload_type) else v.decode() for v in values],
+        type=payload_type,
+    )
     out, source = items(pa.table({"p": column, "i": [0, 1, 2, 3]}), payload="p")
     assert [d for d, _ in out] == values
     assert [m for _, m in out] == [{"i": i} for i in range(4)]
@@ -45,15 +48,19 @@ def test_fixed_size_binary_payload_and_sliced_batches_keep_their_offsets():
 
 
 def test_metadata_kinds_are_plain_python_values():
-    table = pa.table({
-        "p": [b"x", b"y"],
-        "flag": [True, False],
-        "i8": pa.array([-1, 2], pa.int8()), "u32": pa.array([1, 2**32 - 1], pa.uint32()),
-        "u64": pa.array([0, 2**63 - 1], pa.uint64()),
-        "f16": pa.array([0.5, 1.5], pa.float16()), "f32": pa.array([0.25, 2.0], pa.float32()),
-        "s": pa.array(["a", "b"], pa.large_string()),
-        "cat": pa.array(["en", "de"]).dictionary_encode(),
-    })
+    table = pa.table(
+        {
+            "p": [b"x", b"y"],
+            "flag": [True, False],
+            "i8": pa.array([-1, 2], pa.int8()),
+            "u32": pa.array([1, 2**32 - 1], pa.uint32()),
+            "u64": pa.array([0, 2**63 - 1], pa.uint64()),
+            "f16": pa.array([0.5, 1.5], pa.float16()),
+            "f32": pa.array([0.25, 2.0], pa.float32()),
+            "s": pa.array(["a", "b"], pa.large_string()),
+            "cat": pa.array(["en", "de"]).dictionary_encode(),
+        }
+    )
     out, _ = items(table)
     first = out[0][1]
     assert first == {"flag": True, "i8": -1, "u32": 1, "u64": 0, "f16": 0.5, "f32": 0.25, "s": "a", "cat": "en"}
@@ -63,10 +70,14 @@ def test_metadata_kinds_are_plain_python_values():
 
 def test_selected_metadata_renames_and_index_column():
     table = pa.table({"p": [b"a", b"b", b"c"], "lang": ["en", "de", "fr"], "n": [1, 2, 3], "skip": [0, 0, 0]})
-    source = RecordBatchSource("t", table, payload="p", metadata=["lang", "n"], rename={"lang": "language"},
-                               index_column="row", first_row=100)
-    assert [m for _, m in source] == [{"language": "en", "n": 1, "row": 100}, {"language": "de", "n": 2, "row": 101},
-                                      {"language": "fr", "n": 3, "row": 102}]
+    source = RecordBatchSource(
+        "t", table, payload="p", metadata=["lang", "n"], rename={"lang": "language"}, index_column="row", first_row=100
+    )
+    assert [m for _, m in source] == [
+        {"language": "en", "n": 1, "row": 100},
+        {"language": "de", "n": 2, "row": 101},
+        {"language": "fr", "n": 3, "row": 102},
+    ]
 
 
 def test_payload_inference_takes_the_only_binary_column():
@@ -76,14 +87,17 @@ def test_payload_inference_takes_the_only_binary_column():
     refused(pa.table({"a": ["1"], "n": [2]}), r"no binary column")
 
 
-@pytest.mark.parametrize("columns, match", [
-    ({"payload": "nope"}, r"payload column 'nope' not found \(columns: p, n\)"),
-    ({"payload": "p", "metadata": ["n", "gone"]}, r"metadata column\(s\) 'gone' not found"),
-    ({"payload": "p", "rename": {"x": "y"}}, r"rename names column\(s\) 'x' that are not metadata columns"),
-    ({"payload": "p", "rename": {"n": "weight"}}, r"'weight' is reserved"),
-    ({"payload": "p", "metadata": []}, r"no metadata columns: a cache needs at least one"),
-    ({"payload": "p", "index_column": "n"}, r"two metadata columns would be named 'n'"),
-])
+@pytest.mark.parametrize(
+    "columns, match",
+    [
+        ({"payload": "nope"}, r"payload column 'nope' not found \(columns: p, n\)"),
+        ({"payload": "p", "metadata": ["n", "gone"]}, r"metadata column\(s\) 'gone' not found"),
+        ({"payload": "p", "rename": {"x": "y"}}, r"rename names column\(s\) 'x' that are not metadata columns"),
+        ({"payload": "p", "rename": {"n": "weight"}}, r"'weight' is reserved"),
+        ({"payload": "p", "metadata": []}, r"no metadata columns: a cache needs at least one"),
+        ({"payload": "p", "index_column": "n"}, r"two metadata columns would be named 'n'"),
+    ],
+)
 def test_mapping_refusals_name_the_columns(columns, match):
     message = refused(pa.table({"p": [b"a"], "n": [1]}), match, **columns)
     assert message.startswith("Arrow data of source 't'")
@@ -102,24 +116,30 @@ def test_argument_errors_at_construction():
         RecordBatchSource("t", pa.table({"p": [b""]}), columns=Columns("p"), payload="p")
 
 
-@pytest.mark.parametrize("column, type_text, what", [
-    (pa.array([[1], [2]]), "list<item: int64>", "nested metadata"),
-    (pa.array([{"a": 1}, {"a": 2}]), "struct<a: int64>", "nested metadata"),
-    (pa.array([b"x", b"y"]), "binary", "unsupported metadata type"),
-    (pa.array([1, 2], pa.timestamp("s")), "timestamp[s]", "unsupported metadata type"),
-    (pa.array([None, None]), "null", "unsupported metadata type"),
-])
+@pytest.mark.parametrize(
+    "column, type_text, what",
+    [
+        (pa.array([[1], [2]]), "list<item: int64>", "nested metadata"),
+        (pa.array([{"a": 1}, {"a": 2}]), "struct<a: int64>", "nested metadata"),
+        (pa.array([b"x", b"y"]), "binary", "unsupported metadata type"),
+        (pa.array([1, 2], pa.timestamp("s")), "timestamp[s]", "unsupported metadata type"),
+        (pa.array([None, None]), "null", "unsupported metadata type"),
+    ],
+)
 def test_metadata_types_refused_by_name_and_type(column, type_text, what):
     message = refused(pa.table({"p": pa.array([b"a", b"b"]), "bad": column}), what, payload="p")
     assert f"column 'bad' has type {type_text}" in message
 
 
-@pytest.mark.parametrize("column, match", [
-    (pa.array([1, None, 3]), r"batch 0, row 1 \(row 1 of the batch\): metadata column 'm' \(int64\) is null"),
-    (pa.array([1.0, 2.0, float("nan")]), r"row 2 of the batch\): metadata column 'm' \(double\) is nan"),
-    (pa.array([0.0, float("inf"), 1.0], pa.float32()), r"row 1 .*is inf; float metadata must be finite"),
-    (pa.array([0, 1, 2**63], pa.uint64()), r"row 2 .*is 9223372036854775808, outside the int64 range"),
-])
+@pytest.mark.parametrize(
+    "column, match",
+    [
+        (pa.array([1, None, 3]), r"batch 0, row 1 \(row 1 of the batch\): metadata column 'm' \(int64\) is null"),
+        (pa.array([1.0, 2.0, float("nan")]), r"row 2 of the batch\): metadata column 'm' \(double\) is nan"),
+        (pa.array([0.0, float("inf"), 1.0], pa.float32()), r"row 1 .*is inf; float metadata must be finite"),
+        (pa.array([0, 1, 2**63], pa.uint64()), r"row 2 .*is 9223372036854775808, outside the int64 range"),
+    ],
+)
 def test_metadata_values_refused_by_row(column, match):
     refused(pa.table({"p": [b"a", b"b", b"c"], "m": column}), match, payload="p")
 
@@ -136,28 +156,40 @@ def test_batches_with_another_schema_are_refused():
 
 
 def test_typed_layouts_inferred_from_list_types():
-    table = pa.table({
-        "ragged": pa.array([[1, 2], [], [3]], pa.list_(pa.int32())),
-        "fixed": pa.array([[1, 2, 3]] * 3, pa.list_(pa.float32(), 3)),
-        "points": pa.array([[[1, 2]], [[3, 4], [5, 6]], []], pa.large_list(pa.list_(pa.float64(), 2))),
-        "grid": pa.array([[[1, 2, 3], [4, 5, 6]]] * 3, pa.list_(pa.list_(pa.int8(), 3), 2)),
-        "flags": pa.array([[True, False], [True], []], pa.list_(pa.bool_())),
-        "n": [0, 1, 2],
-    })
-    cases = {"ragged": (np.int32, (None,)), "fixed": (np.float32, (3,)), "points": (np.float64, (None, 2)),
-             "grid": (np.int8, (2, 3)), "flags": (np.bool_, (None,))}
+    table = pa.table(
+        {
+            "ragged": pa.array([[1, 2], [], [3]], pa.list_(pa.int32())),
+            "fixed": pa.array([[1, 2, 3]] * 3, pa.list_(pa.float32(), 3)),
+            "points": pa.array([[[1, 2]], [[3, 4], [5, 6]], []], pa.large_list(pa.list_(pa.float64(), 2))),
+            "grid": pa.array([[[1, 2, 3], [4, 5, 6]]] * 3, pa.list_(pa.list_(pa.int8(), 3), 2)),
+            "flags": pa.array([[True, False], [True], []], pa.list_(pa.bool_())),
+            "n": [0, 1, 2],
+        }
+    )
+    cases = {
+        "ragged": (np.int32, (None,)),
+        "fixed": (np.float32, (3,)),
+        "points": (np.float64, (None, 2)),
+        "grid": (np.int8, (2, 3)),
+        "flags": (np.bool_, (None,)),
+    }
     for column, (dtype, shape) in cases.items():
         out, source = items(table, payload=column, metadata=["n"])
         assert source.payload_spec == PayloadSpec(dtype, shape)
         expected = table.column(column).to_pylist()
         for (data, _), want in zip(out, expected):
             assert data.dtype == dtype
-            np.testing.assert_array_equal(data, np.array(want, dtype=dtype).reshape(-1, *shape[1:]) if shape[0] is None
-                                          else np.array(want, dtype=dtype))
+            np.testing.assert_array_equal(
+                data,
+                np.array(want, dtype=dtype).reshape(-1, *shape[1:])
+                if shape[0] is None
+                else np.array(want, dtype=dtype),
+            )
 
 
-@pytest.mark.parametrize("column", [pa.array([[[1]], [[2, 3]]]), pa.array([["a"], ["b"]]),
-                                    pa.array([{"x": 1}, {"x": 2}])])
+@pytest.mark.parametrize(
+    "column", [pa.array([[[1]], [[2, 3]]]), pa.array([["a"], ["b"]]), pa.array([{"x": 1}, {"x": 2}])]
+)
 def test_payload_types_refused(column):
     message = refused(pa.table({"p": column, "n": [0, 1]}), r"payload", payload="p")
     assert "payload column 'p'" in message and str(column.type) in message
@@ -165,7 +197,9 @@ def test_payload_types_refused(column):
 
 def test_null_payload_element_names_the_record_and_index():
     column = pa.array([[1, 2], [3, None, 5]], pa.list_(pa.int64()))
-    message = refused(pa.table({"p": column, "n": [0, 1]}), r"has a null element \(index 1 of the record\)", payload="p")
+    message = refused(
+        pa.table({"p": column, "n": [0, 1]}), r"has a null element \(index 1 of the record\)", payload="p"
+    )
     assert "row 1" in message
 
 
@@ -177,19 +211,35 @@ def test_given_spec_casts_exactly_and_refuses_what_does_not_fit():
     out, _ = items(table, payload="p", payload_spec=("uint8", (2, None)))  # ragged inner axis
     assert out[0][0].shape == (2, 2)
     big = pa.table({"p": pa.array([[1], [70000]]), "n": [0, 1]})
-    refused(big, r"row 1 .*value 70000 \(int64\) does not fit payload spec dtype int16", payload="p",
-            payload_spec=("int16", (None,)))
-    refused(table, r"row 0 .*holds 4 elements; payload spec int64\[3\] needs 3 elements", payload="p",
-            payload_spec=("int64", (3,)))
+    refused(
+        big,
+        r"row 1 .*value 70000 \(int64\) does not fit payload spec dtype int16",
+        payload="p",
+        payload_spec=("int16", (None,)),
+    )
+    refused(
+        table,
+        r"row 0 .*holds 4 elements; payload spec int64\[3\] needs 3 elements",
+        payload="p",
+        payload_spec=("int64", (3,)),
+    )
     refused(table, r"needs a multiple of 3 elements", payload="p", payload_spec=("int64", (None, 3)))
 
 
 def test_byte_payload_lengths_checked_against_a_given_spec():
     table = pa.table({"p": [b"\x01\x00\x00\x00", b"\x02\x00\x00\x00\x03\x00\x00\x00", b"\x04\x00"], "n": [0, 1, 2]})
-    refused(table, r"row 2 .*holds 2 bytes; payload spec int32\[None\] needs a multiple of 4 bytes", payload="p",
-            payload_spec=("int32", (None,)))
-    refused(table, r"row 1 .*holds 8 bytes; payload spec int32\[1\] needs 4 bytes", payload="p",
-            payload_spec=("int32", (1,)))
+    refused(
+        table,
+        r"row 2 .*holds 2 bytes; payload spec int32\[None\] needs a multiple of 4 bytes",
+        payload="p",
+        payload_spec=("int32", (None,)),
+    )
+    refused(
+        table,
+        r"row 1 .*holds 8 bytes; payload spec int32\[1\] needs 4 bytes",
+        payload="p",
+        payload_spec=("int32", (1,)),
+    )
 
 
 def test_encoded_file_struct_payload_is_its_bytes_field():
@@ -197,14 +247,20 @@ def test_encoded_file_struct_payload_is_its_bytes_field():
     out, source = items(pa.table({"img": column, "n": [0, 1]}), payload="img")
     assert out == [(b"\x89PNG1", {"n": 0}), (b"\x89PNG22", {"n": 1})] and source.payload_spec is None
     path_only = pa.array([{"bytes": b"x", "path": None}, {"bytes": None, "path": "b.png"}])
-    refused(pa.table({"img": path_only, "n": [0, 1]}), r"row 1 .*has no bytes \(a file stored by path only\)", payload="img")
+    refused(
+        pa.table({"img": path_only, "n": [0, 1]}), r"row 1 .*has no bytes \(a file stored by path only\)", payload="img"
+    )
 
 
 def test_payload_spec_is_known_before_iteration_and_one_shot_inputs_keep_their_first_batch():
     table = pa.table({"p": pa.array([[1, 2], [3], [4, 5, 6]], pa.list_(pa.uint16())), "n": [0, 1, 2]})
     spec = PayloadSpec("uint16", (None,))
-    for data in (table, table.to_batches(max_chunksize=2), iter(table.to_batches(max_chunksize=2)),
-                 pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1))):
+    for data in (
+        table,
+        table.to_batches(max_chunksize=2),
+        iter(table.to_batches(max_chunksize=2)),
+        pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=1)),
+    ):
         source = RecordBatchSource("t", data, payload="p")
         assert source.payload_spec == spec
         assert [d.tolist() for d, _ in source] == [[1, 2], [3], [4, 5, 6]]
@@ -221,5 +277,8 @@ def test_a_given_payload_spec_is_the_sources_spec_as_a_payload_spec_or_a_pair():
         Columns("p", payload_spec="int8")
     with pytest.raises(ConfigError, match="PayloadSpec dtype"):
         Columns("p", payload_spec=("float128", (2,)))
-    refused(pa.table({"p": pa.array([[[]]], pa.list_(pa.list_(pa.int8(), 0))), "n": [0]}),
-            r"'p' has type .*: PayloadSpec shape \(None, 0\)", payload="p")
+    refused(
+        pa.table({"p": pa.array([[[]]], pa.list_(pa.list_(pa.int8(), 0))), "n": [0]}),
+        r"'p' has type .*: PayloadSpec shape \(None, 0\)",
+        payload="p",
+    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.ipc as ipc
@@ -25,12 +24,14 @@ from datasetrt.sources import (
 
 
 def table(n: int, start: int = 0) -> pa.Table:
-    return pa.table({
-        "text": [f"doc {i} " * (i % 7) for i in range(start, start + n)],
-        "label": [i % 3 for i in range(start, start + n)],
-        "lang": [("en", "de", "fr")[i % 3] for i in range(start, start + n)],
-        "tokens": [list(range(i % 5)) for i in range(start, start + n)],
-    })
+    return pa.table(
+        {
+            "text": [f"doc {i} " * (i % 7) for i in range(start, start + n)],
+            "label": [i % 3 for i in range(start, start + n)],
+            "lang": [("en", "de", "fr")[i % 3] for i in range(start, start + n)],
+            "tokens": [list(range(i % 5)) for i in range(start, start + n)],
+        }
+    )
 
 
 def expected(t: pa.Table, payload: str = "text", metadata=("label", "lang")) -> list:
@@ -72,8 +73,10 @@ def test_parquet_errors_name_file_row_group_and_row(tmp_path):
     pq.write_table(t.set_column(0, "text", pa.array(text)), tmp_path / "bad.parquet", row_group_size=30)
     with pytest.raises(SourceInputError) as info:
         list(ParquetSource("bad", tmp_path / "bad.parquet", payload="text", metadata=["label"]))
-    assert str(info.value) == (f"{tmp_path / 'bad.parquet'}: row group 2, row 73 (row 13 of the row group): "
-                               f"payload column 'text' (string) is null")
+    assert str(info.value) == (
+        f"{tmp_path / 'bad.parquet'}: row group 2, row 73 (row 13 of the row group): "
+        f"payload column 'text' (string) is null"
+    )
 
 
 def test_parquet_list_payload_is_typed(tmp_path):
@@ -132,8 +135,9 @@ def test_arrow_errors_name_the_record_batch(tmp_path):
             w.write_batch(b)
     with pytest.raises(SourceInputError) as info:
         list(ArrowSource("t", tmp_path / "t.arrow", payload="text", metadata=["label"]))
-    assert str(info.value).endswith("t.arrow: record batch 1, row 31 (row 11 of the record batch): "
-                                    "metadata column 'label' (int64) is null")
+    assert str(info.value).endswith(
+        "t.arrow: record batch 1, row 31 (row 11 of the record batch): metadata column 'label' (int64) is null"
+    )
 
 
 def write_jsonl(path, rows, opener=open):

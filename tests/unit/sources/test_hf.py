@@ -3,7 +3,6 @@ skipped only when the `hf` extra (`datasets`) is not installed."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from datasetrt import PayloadSpec
@@ -14,12 +13,20 @@ datasets = pytest.importorskip("datasets")
 
 
 def make(n: int = 50):
-    return datasets.Dataset.from_dict({
-        "text": [f"text {i}" * (i % 4) for i in range(n)],
-        "label": [i % 5 for i in range(n)],
-        "ids": [list(range(i % 6)) for i in range(n)],
-    }, features=datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(num_classes=5),
-                                   "ids": datasets.Sequence(datasets.Value("int32"))}))
+    return datasets.Dataset.from_dict(
+        {
+            "text": [f"text {i}" * (i % 4) for i in range(n)],
+            "label": [i % 5 for i in range(n)],
+            "ids": [list(range(i % 6)) for i in range(n)],
+        },
+        features=datasets.Features(
+            {
+                "text": datasets.Value("string"),
+                "label": datasets.ClassLabel(num_classes=5),
+                "ids": datasets.Sequence(datasets.Value("int32")),
+            }
+        ),
+    )
 
 
 def test_dataset_rows_in_its_order_after_shuffle_and_select():
@@ -55,11 +62,16 @@ def test_null_payload_names_the_row_and_wrong_objects_are_refused():
 
 def test_image_feature_payload_is_the_encoded_file():
     images = [b"\x89PNG\r\n\x1a\n" + bytes([i]) * (10 + i) for i in range(3)]  # stored as given, never decoded
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in images], "label": [0, 1, 2]},
-                                    features=datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")}))
+    ds = datasets.Dataset.from_dict(
+        {"image": [{"bytes": b, "path": None} for b in images], "label": [0, 1, 2]},
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")}),
+    )
     out = [(bytes(memoryview(d)), m) for d, m in HFDatasetSource("img", ds, payload="image")]
     assert out == [(b, {"label": i}) for i, b in enumerate(images)]
-    by_path = datasets.Dataset.from_dict({"image": [{"bytes": None, "path": "/nowhere/x.png"}], "label": [0]},
-                                         features=ds.features)
-    with pytest.raises(SourceInputError, match=r"row 0: payload column 'image' .* has no bytes \(a file stored by path only\)"):
+    by_path = datasets.Dataset.from_dict(
+        {"image": [{"bytes": None, "path": "/nowhere/x.png"}], "label": [0]}, features=ds.features
+    )
+    with pytest.raises(
+        SourceInputError, match=r"row 0: payload column 'image' .* has no bytes \(a file stored by path only\)"
+    ):
         list(HFDatasetSource("img", by_path, payload="image"))

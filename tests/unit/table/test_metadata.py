@@ -22,12 +22,14 @@ CATALOG = CacheCatalog(IDS, COUNTS, ["a", "b"])
 
 def _stored(k: int) -> pa.Table:
     n = COUNTS[k]
-    return pa.table({
-        "index": pa.array(range(n), pa.int64()),
-        "kept": pa.array([i % 2 == 0 for i in range(n)]),
-        "label": pa.array([f"c{k}-{i}" for i in range(n)]),
-        "score": pa.array([i * 0.5 + k for i in range(n)]),
-    })
+    return pa.table(
+        {
+            "index": pa.array(range(n), pa.int64()),
+            "kept": pa.array([i % 2 == 0 for i in range(n)]),
+            "label": pa.array([f"c{k}-{i}" for i in range(n)]),
+            "score": pa.array([i * 0.5 + k for i in range(n)]),
+        }
+    )
 
 
 def physical() -> pl.DataFrame:
@@ -36,8 +38,7 @@ def physical() -> pl.DataFrame:
 
 def at(col: str, row: int, value, dtype=None) -> pl.Expr:
     """`col` with `value` at position `row` (everything else unchanged)."""
-    return (pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value, dtype=dtype))
-            .otherwise(pl.col(col)).alias(col))
+    return pl.when(pl.int_range(pl.len()) == row).then(pl.lit(value, dtype=dtype)).otherwise(pl.col(col)).alias(col)
 
 
 def fails(df: pl.DataFrame, message: str) -> None:
@@ -51,8 +52,10 @@ def bad_weight(row: int, value: float, more: int = 0) -> str:
     """dataset-rt's "weight {row} must be positive and finite", then the row's identity and value."""
     cache_id, sample_id = (IDS[0], row) if row < COUNTS[0] else (IDS[1], row - COUNTS[0])
     tail = f"; {more} more row{'s' if more > 1 else ''} too" if more else ""
-    return (f"weight {row} must be positive and finite: row {row} (cache_id={cache_id}, sample_id={sample_id}) "
-            f"has weight {value!r}{tail}")
+    return (
+        f"weight {row} must be positive and finite: row {row} (cache_id={cache_id}, sample_id={sample_id}) "
+        f"has weight {value!r}{tail}"
+    )
 
 
 def ok(df: pl.DataFrame):
@@ -100,8 +103,9 @@ def test_missing_column(col):
 
 
 @pytest.mark.parametrize("col", ["cache_id", "sample_id"])
-@pytest.mark.parametrize("dtype", [pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Float32, pl.Float64,
-                                   pl.String, pl.Decimal(20, 0), pl.Null])
+@pytest.mark.parametrize(
+    "dtype", [pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Float32, pl.Float64, pl.String, pl.Decimal(20, 0), pl.Null]
+)
 def test_identity_dtype_rejected(col, dtype):
     df = physical().with_columns(pl.col(col).cast(dtype, strict=False) if dtype != pl.Null else pl.lit(None).alias(col))
     fails(df, f"samples metadata column '{col}' must be an integer")
@@ -110,8 +114,14 @@ def test_identity_dtype_rejected(col, dtype):
 @pytest.mark.parametrize("dtype", [pl.Int8, pl.Float64, pl.String])
 def test_all_null_identity_of_wrong_dtype_reports_null(dtype):
     # dataset-rt checks cell by cell: row 0 is a null cell before it is a wrongly typed one
-    fails(physical().with_columns(pl.lit(None, dtype=dtype).alias("cache_id")), "samples metadata column 'cache_id' contains null")
-    fails(physical().with_columns(pl.lit(None, dtype=dtype).alias("weight")), "samples metadata column 'weight' contains null")
+    fails(
+        physical().with_columns(pl.lit(None, dtype=dtype).alias("cache_id")),
+        "samples metadata column 'cache_id' contains null",
+    )
+    fails(
+        physical().with_columns(pl.lit(None, dtype=dtype).alias("weight")),
+        "samples metadata column 'weight' contains null",
+    )
 
 
 @pytest.mark.parametrize("dtype", [pl.Int32, pl.Int64, pl.UInt32, pl.UInt64])
@@ -135,7 +145,11 @@ def test_identity_negative(col, dtype):
 
 @pytest.mark.parametrize("cache_id,sample_id", [(12, 0), (IDS[0], 5), (IDS[1], 4), (2**64 - 1, 0), (IDS[0], 2**64 - 1)])
 def test_unknown_identity(cache_id, sample_id):
-    df = physical().with_columns(at("cache_id", 7, cache_id, pl.UInt64)).with_columns(at("sample_id", 7, sample_id, pl.UInt64))
+    df = (
+        physical()
+        .with_columns(at("cache_id", 7, cache_id, pl.UInt64))
+        .with_columns(at("sample_id", 7, sample_id, pl.UInt64))
+    )
     fails(df, f"unknown samples metadata row identity cache_id={cache_id} sample_id={sample_id}")
 
 
@@ -144,10 +158,18 @@ def test_unknown_identity_reports_first_row():
     fails(df, f"unknown samples metadata row identity cache_id={IDS[0]} sample_id=88")
 
 
-@pytest.mark.parametrize("col,kind,arrow", [("index", "int", "Int64"), ("kept", "bool", "Boolean"),
-                                            ("label", "string", "Utf8"), ("score", "float", "Float64")])
-@pytest.mark.parametrize("dtype", [pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.Boolean, pl.String,
-                                   pl.Categorical, pl.Binary, pl.Null])
+@pytest.mark.parametrize(
+    "col,kind,arrow",
+    [
+        ("index", "int", "Int64"),
+        ("kept", "bool", "Boolean"),
+        ("label", "string", "Utf8"),
+        ("score", "float", "Float64"),
+    ],
+)
+@pytest.mark.parametrize(
+    "dtype", [pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.Boolean, pl.String, pl.Categorical, pl.Binary, pl.Null]
+)
 def test_stored_column_dtype(col, kind, arrow, dtype):
     # the column type is checked, not its values: an all-null column of the right dtype passes
     df = physical().with_columns(pl.lit(None, dtype=dtype).alias(col))
@@ -164,8 +186,9 @@ def test_large_string_is_accepted():
     assert len(ok(df)) == 9
 
 
-@pytest.mark.parametrize("dtype", [pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Boolean, pl.String,
-                                   pl.Decimal(10, 2), pl.Null])
+@pytest.mark.parametrize(
+    "dtype", [pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Boolean, pl.String, pl.Decimal(10, 2), pl.Null]
+)
 def test_weight_dtype_rejected(dtype):
     df = physical().with_columns(pl.col("weight").cast(dtype) if dtype != pl.Null else pl.lit(None).alias("weight"))
     fails(df, "samples metadata column 'weight' must be numeric")
@@ -190,12 +213,23 @@ def test_weight_not_positive_finite(bad, row):
 def test_weight_reports_first_bad_row():
     df = physical().with_columns(at("weight", 6, -1.0)).with_columns(at("weight", 2, float("nan")))
     fails(df, bad_weight(2, float("nan"), more=1))
-    fails(physical().with_columns(pl.col("weight").cast(pl.Int64)).with_columns(at("weight", 3, 0, pl.Int64)),
-          bad_weight(3, 0.0))
-    fails(physical().with_columns(pl.col("weight").cast(pl.Float32)).with_columns(at("weight", 5, float("inf"), pl.Float32)),
-          bad_weight(5, float("inf")))
+    fails(
+        physical().with_columns(pl.col("weight").cast(pl.Int64)).with_columns(at("weight", 3, 0, pl.Int64)),
+        bad_weight(3, 0.0),
+    )
+    fails(
+        physical()
+        .with_columns(pl.col("weight").cast(pl.Float32))
+        .with_columns(at("weight", 5, float("inf"), pl.Float32)),
+        bad_weight(5, float("inf")),
+    )
     fails(physical().with_columns(pl.lit(-2.0).alias("weight")), bad_weight(0, -2.0, more=8))
-    three = physical().with_columns(at("weight", 1, 0.0)).with_columns(at("weight", 4, -1.0)).with_columns(at("weight", 8, 0.0))
+    three = (
+        physical()
+        .with_columns(at("weight", 1, 0.0))
+        .with_columns(at("weight", 4, -1.0))
+        .with_columns(at("weight", 8, 0.0))
+    )
     fails(three, bad_weight(1, 0.0, more=2))  # "; 2 more rows too": plural from two on
 
 
@@ -210,11 +244,23 @@ def test_tiny_and_huge_weights_accepted():
 
 def test_unvalidated_shapes_are_accepted():
     base = physical()
-    extra = base.with_columns(pl.struct("index", "label").alias("nested"), pl.lit([1, 2]).alias("lst"),
-                              pl.col("label").cast(pl.Binary).alias("blob"))
+    extra = base.with_columns(
+        pl.struct("index", "label").alias("nested"),
+        pl.lit([1, 2]).alias("lst"),
+        pl.col("label").cast(pl.Binary).alias("blob"),
+    )
     assert len(ok(extra)) == 9
     assert len(ok(base.select(list(reversed(base.columns))))) == 9
-    assert len(ok(base.with_columns(pl.lit(None, dtype=pl.String).alias("label"), pl.lit(-5, dtype=pl.Int64).alias("index")))) == 9
+    assert (
+        len(
+            ok(
+                base.with_columns(
+                    pl.lit(None, dtype=pl.String).alias("label"), pl.lit(-5, dtype=pl.Int64).alias("index")
+                )
+            )
+        )
+        == 9
+    )
     dup = pl.concat([base, base.slice(6, 2), base.head(1)])
     active = ok(dup)
     assert active.cache_pos.tolist() == [0] * 5 + [1] * 4 + [1, 1, 0]
@@ -224,7 +270,11 @@ def test_unvalidated_shapes_are_accepted():
 def test_subset_in_any_order():
     df = physical()[[8, 0, 3]].with_columns(pl.Series("weight", [0.5, 2.0, 3.0]))
     active = ok(df)
-    assert (active.cache_pos.tolist(), active.sample_id.tolist(), active.weights.tolist()) == ([1, 0, 0], [3, 0, 3], [0.5, 2.0, 3.0])
+    assert (active.cache_pos.tolist(), active.sample_id.tolist(), active.weights.tolist()) == (
+        [1, 0, 0],
+        [3, 0, 3],
+        [0.5, 2.0, 3.0],
+    )
 
 
 # -- which rule wins when several break (observed on 0.4.8) ----------------------------------------
@@ -233,53 +283,88 @@ def test_subset_in_any_order():
 def test_precedence_stored_columns_first_in_schema_order():
     base = physical()
     fails(base.drop("label", "cache_id"), "samples metadata missing 'label' column")
-    fails(base.drop("score").with_columns(pl.col("label").cast(pl.Binary)), "samples metadata column 'label' must have Arrow type Utf8")
-    fails(base.with_columns(pl.col("index").cast(pl.Int32), pl.col("cache_id").cast(pl.Float64)),
-          "samples metadata column 'index' must have Arrow type Int64")
+    fails(
+        base.drop("score").with_columns(pl.col("label").cast(pl.Binary)),
+        "samples metadata column 'label' must have Arrow type Utf8",
+    )
+    fails(
+        base.with_columns(pl.col("index").cast(pl.Int32), pl.col("cache_id").cast(pl.Float64)),
+        "samples metadata column 'index' must have Arrow type Int64",
+    )
     fails(base.drop("weight", "sample_id"), "samples metadata missing 'sample_id' column")
-    fails(base.drop("weight").with_columns(pl.col("cache_id").cast(pl.String)), "samples metadata missing 'weight' column")
+    fails(
+        base.drop("weight").with_columns(pl.col("cache_id").cast(pl.String)), "samples metadata missing 'weight' column"
+    )
 
 
 def test_precedence_row_by_row():
     base = physical()
     i64 = base.with_columns(pl.col("cache_id").cast(pl.Int64, strict=False), pl.col("sample_id").cast(pl.Int64))
     # the earliest row wins across cache_id, sample_id and weight cells
-    fails(base.with_columns(at("cache_id", 3, None, pl.UInt64)).with_columns(at("sample_id", 1, None, pl.UInt64)),
-          "samples metadata column 'sample_id' contains null")
-    fails(i64.with_columns(at("cache_id", 1, -1, pl.Int64)).with_columns(at("sample_id", 0, -1, pl.Int64)),
-          "samples metadata column 'sample_id' must be non-negative")
-    fails(base.with_columns(at("cache_id", 3, None, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
-          "samples metadata column 'weight' contains null")
+    fails(
+        base.with_columns(at("cache_id", 3, None, pl.UInt64)).with_columns(at("sample_id", 1, None, pl.UInt64)),
+        "samples metadata column 'sample_id' contains null",
+    )
+    fails(
+        i64.with_columns(at("cache_id", 1, -1, pl.Int64)).with_columns(at("sample_id", 0, -1, pl.Int64)),
+        "samples metadata column 'sample_id' must be non-negative",
+    )
+    fails(
+        base.with_columns(at("cache_id", 3, None, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
+        "samples metadata column 'weight' contains null",
+    )
     # a wrong dtype fails at row 0, unless row 0 is null
-    fails(base.with_columns(at("cache_id", 3, None, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
-          "samples metadata column 'sample_id' must be an integer")
-    fails(base.with_columns(at("cache_id", 0, None, pl.UInt64), pl.col("weight").cast(pl.String)),
-          "samples metadata column 'cache_id' contains null")
-    fails(base.with_columns(at("sample_id", 1, None, pl.UInt64), pl.col("weight").cast(pl.String)),
-          "samples metadata column 'weight' must be numeric")  # row 0's dtype fault before row 1's null
-    fails(base.with_columns(at("cache_id", 0, 7, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
-          "samples metadata column 'sample_id' must be an integer")  # before row 0's identity lookup
-    fails(base.with_columns(pl.col("sample_id").cast(pl.Float64)).with_columns(at("sample_id", 1, None, pl.Float64)),
-          "samples metadata column 'sample_id' must be an integer")  # only a null in row 0 reports null
+    fails(
+        base.with_columns(at("cache_id", 3, None, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
+        "samples metadata column 'sample_id' must be an integer",
+    )
+    fails(
+        base.with_columns(at("cache_id", 0, None, pl.UInt64), pl.col("weight").cast(pl.String)),
+        "samples metadata column 'cache_id' contains null",
+    )
+    fails(
+        base.with_columns(at("sample_id", 1, None, pl.UInt64), pl.col("weight").cast(pl.String)),
+        "samples metadata column 'weight' must be numeric",
+    )  # row 0's dtype fault before row 1's null
+    fails(
+        base.with_columns(at("cache_id", 0, 7, pl.UInt64), pl.col("sample_id").cast(pl.Float64)),
+        "samples metadata column 'sample_id' must be an integer",
+    )  # before row 0's identity lookup
+    fails(
+        base.with_columns(pl.col("sample_id").cast(pl.Float64)).with_columns(at("sample_id", 1, None, pl.Float64)),
+        "samples metadata column 'sample_id' must be an integer",
+    )  # only a null in row 0 reports null
     # a negative identity fails at its own row (sample_id 0 in row 0 is valid), after an earlier null
-    fails(i64.with_columns(at("sample_id", 3, -1, pl.Int64)).with_columns(at("cache_id", 2, None, pl.Int64)),
-          "samples metadata column 'cache_id' contains null")
+    fails(
+        i64.with_columns(at("sample_id", 3, -1, pl.Int64)).with_columns(at("cache_id", 2, None, pl.Int64)),
+        "samples metadata column 'cache_id' contains null",
+    )
     # in one signed column, a null before a negative is reported as the null (its row comes first)
-    fails(i64.with_columns(at("sample_id", 1, None, pl.Int64)).with_columns(at("sample_id", 3, -1, pl.Int64)),
-          "samples metadata column 'sample_id' contains null")
+    fails(
+        i64.with_columns(at("sample_id", 1, None, pl.Int64)).with_columns(at("sample_id", 3, -1, pl.Int64)),
+        "samples metadata column 'sample_id' contains null",
+    )
     # within a row: cache_id, sample_id, weight, then the identity lookup
-    fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
-          "samples metadata column 'weight' contains null")
-    fails(base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("sample_id", 3, None, pl.UInt64)),
-          f"unknown samples metadata row identity cache_id={IDS[0]} sample_id=99")
+    fails(
+        base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("weight", 1, None, pl.Float64)),
+        "samples metadata column 'weight' contains null",
+    )
+    fails(
+        base.with_columns(at("sample_id", 1, 99, pl.UInt64)).with_columns(at("sample_id", 3, None, pl.UInt64)),
+        f"unknown samples metadata row identity cache_id={IDS[0]} sample_id=99",
+    )
 
 
 def test_precedence_weight_values_last():
     base = physical()
-    fails(base.with_columns(at("weight", 1, float("nan"), pl.Float64)).with_columns(at("sample_id", 3, 99, pl.UInt64)),
-          f"unknown samples metadata row identity cache_id={IDS[0]} sample_id=99")
-    fails(base.with_columns(at("weight", 1, -1.0, pl.Float64)).with_columns(at("cache_id", 3, None, pl.UInt64)),
-          "samples metadata column 'cache_id' contains null")
+    fails(
+        base.with_columns(at("weight", 1, float("nan"), pl.Float64)).with_columns(at("sample_id", 3, 99, pl.UInt64)),
+        f"unknown samples metadata row identity cache_id={IDS[0]} sample_id=99",
+    )
+    fails(
+        base.with_columns(at("weight", 1, -1.0, pl.Float64)).with_columns(at("cache_id", 3, None, pl.UInt64)),
+        "samples metadata column 'cache_id' contains null",
+    )
 
 
 # -- columnar at scale ----------------------------------------------------------------------------
@@ -290,15 +375,20 @@ def test_million_rows_validate_columnar():
     catalog = CacheCatalog([3, 9], [600_000, 400_000], ["x", "y"])
     sample = np.arange(n, dtype=np.int64)
     sample[600_000:] -= 600_000
-    df = pl.DataFrame({
-        "cache_id": np.where(np.arange(n) < 600_000, 3, 9).astype(np.uint64),
-        "sample_id": sample.astype(np.uint64),
-        "weight": np.linspace(0.5, 2.0, n),
-    })
+    df = pl.DataFrame(
+        {
+            "cache_id": np.where(np.arange(n) < 600_000, 3, 9).astype(np.uint64),
+            "sample_id": sample.astype(np.uint64),
+            "weight": np.linspace(0.5, 2.0, n),
+        }
+    )
     active = validate_update(df, catalog, ())
     assert len(active) == n
     assert active.cache_pos[[0, 599_999, 600_000, n - 1]].tolist() == [0, 0, 1, 1]
     assert active.sample_id[[599_999, 600_000, n - 1]].tolist() == [599_999, 0, 399_999]
-    with pytest.raises(MetadataValidationError, match=r"^weight 999999 must be positive and finite: row 999999 "
-                                                      r"\(cache_id=9, sample_id=399999\) has weight 0\.0$"):
+    with pytest.raises(
+        MetadataValidationError,
+        match=r"^weight 999999 must be positive and finite: row 999999 "
+        r"\(cache_id=9, sample_id=399999\) has weight 0\.0$",
+    ):
         validate_update(df.with_columns(at("weight", n - 1, 0.0)), catalog, ())

@@ -28,8 +28,11 @@ def dataset(write_caches):
 def test_streams_by_cache_and_by_column_on_the_physical_table(dataset):
     ds, paths, caches = dataset
     frame = ds.get_metadata()
-    streams = {"beta": Stream.by_cache(paths[1]), "zeros": Stream.by_column("label", "alpha-0"),
-               "ones": Stream.by_column("label", "alpha-1", "alpha-2")}
+    streams = {
+        "beta": Stream.by_cache(paths[1]),
+        "zeros": Stream.by_column("label", "alpha-0"),
+        "ones": Stream.by_column("label", "alpha-1", "alpha-2"),
+    }
     got = group_streams(frame, streams, caches)
     assert got.names == ("beta", "zeros", "ones")
     assert got.rows["beta"].tolist() == list(range(30, 42))
@@ -63,17 +66,27 @@ def test_a_mixture_over_a_reweighted_table_reads_its_streams(dataset):
         assert sample.metadata["label"].startswith(("alpha", "beta")[stream])
 
 
-@pytest.mark.parametrize("streams, error, match", [
-    ({"x": Stream.by_column("colour", "red")}, UnknownStreamError, r"stream 'x': the table has no column 'colour'"),
-    ({"x": Stream.by_column("label", 3)}, SamplingConfigError, r"values \[3\] do not match column 'label'"),
-    ({"x": Stream.by_column("index", "3")}, SamplingConfigError, "do not match column 'index'"),
-    ({"x": Stream.by_column("kept", 1)}, SamplingConfigError, "do not match column 'kept'"),
-    ({"x": Stream.by_cache("/no/such/cache")}, UnknownStreamError, r"cache '/no/such/cache' is not one of"),
-    ({"x": Stream.by_cache(987654321)}, UnknownStreamError, "cache_id 987654321 is not one of"),
-    ({"x": Stream.by_column("label", "gamma-0")}, EmptyStreamError, r"stream 'x' \(label in \['gamma-0'\]\) selects no"),
-    ({"x": Stream.by_column("index", 4), "y": Stream.by_column("label", "alpha-4")}, SamplingConfigError,
-     r"table row 4 belongs to streams 'x' and 'y'"),
-])
+@pytest.mark.parametrize(
+    "streams, error, match",
+    [
+        ({"x": Stream.by_column("colour", "red")}, UnknownStreamError, r"stream 'x': the table has no column 'colour'"),
+        ({"x": Stream.by_column("label", 3)}, SamplingConfigError, r"values \[3\] do not match column 'label'"),
+        ({"x": Stream.by_column("index", "3")}, SamplingConfigError, "do not match column 'index'"),
+        ({"x": Stream.by_column("kept", 1)}, SamplingConfigError, "do not match column 'kept'"),
+        ({"x": Stream.by_cache("/no/such/cache")}, UnknownStreamError, r"cache '/no/such/cache' is not one of"),
+        ({"x": Stream.by_cache(987654321)}, UnknownStreamError, "cache_id 987654321 is not one of"),
+        (
+            {"x": Stream.by_column("label", "gamma-0")},
+            EmptyStreamError,
+            r"stream 'x' \(label in \['gamma-0'\]\) selects no",
+        ),
+        (
+            {"x": Stream.by_column("index", 4), "y": Stream.by_column("label", "alpha-4")},
+            SamplingConfigError,
+            r"table row 4 belongs to streams 'x' and 'y'",
+        ),
+    ],
+)
 def test_bad_streams_are_refused_and_the_dataset_stays_usable(dataset, streams, error, match):
     ds, _paths, caches = dataset
     with pytest.raises(error, match=match):
@@ -83,7 +96,8 @@ def test_bad_streams_are_refused_and_the_dataset_stays_usable(dataset, streams, 
 
 def test_float_and_integer_columns_group_by_value(dataset):
     ds, _paths, caches = dataset
-    got = group_streams(ds.get_metadata(), {"low": Stream.by_column("score", 0.25, 1), "seven": Stream.by_column("index", 7)},
-                        caches)
+    got = group_streams(
+        ds.get_metadata(), {"low": Stream.by_column("score", 0.25, 1), "seven": Stream.by_column("index", 7)}, caches
+    )
     # alpha's score is index * 0.25, beta's 1 + index * 0.25 (rows 30..41)
     assert got.rows["low"].tolist() == [1, 4, 30] and got.rows["seven"].tolist() == [7, 37]

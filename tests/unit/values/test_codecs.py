@@ -16,16 +16,18 @@ from pydantic import ValidationError
 
 import datasetrt as drt
 from datasetrt import errors
-from datasetrt.values import codecs
 from datasetrt._native import codec, gather
-from datasetrt.format.dictionary import train_state
 from datasetrt.api import CompressionAlgo
 from datasetrt.format import layout
+from datasetrt.format.dictionary import train_state
+from datasetrt.values import codecs
 
 PAYLOAD = b"datasetrt codec table " * 300
 # Training samples for codecs with per-cache state (zstd_dict): 400 similar small records.
-SAMPLES = [f'{{"id": {i}, "name": "record-{i % 37}", "tags": ["t{i % 5}", "u{i % 3}"], "score": {i * 0.5}}}'.encode()
-           for i in range(400)]
+SAMPLES = [
+    f'{{"id": {i}, "name": "record-{i % 37}", "tags": ["t{i % 5}", "u{i % 3}"], "score": {i * 0.5}}}'.encode()
+    for i in range(400)
+]
 
 
 def _state_bytes(row) -> bytes | None:
@@ -48,7 +50,8 @@ REFERENCE_DECODERS = {
     "zstd": lambda stored, state: zstandard.ZstdDecompressor().decompress(stored),  # frame with content size
     # frame with content size and the dictionary's id, compressed with that dictionary
     "zstd_dict": lambda stored, state: zstandard.ZstdDecompressor(
-        dict_data=zstandard.ZstdCompressionDict(state)).decompress(stored),
+        dict_data=zstandard.ZstdCompressionDict(state)
+    ).decompress(stored),
 }
 
 
@@ -56,7 +59,7 @@ def test_names_and_ids_are_unique_and_indexed():
     assert len({c.name for c in codecs.CODECS}) == len({c.codec_id for c in codecs.CODECS}) == len(codecs.CODECS)
     assert codecs.CODEC_NAMES == ("none", "lz4", "zstd", "zstd_dict")
     assert [c.name for c in codecs.CODECS if c.cache_state] == ["zstd_dict"]
-    assert codecs.CODEC_IDS == {c.name: c.codec_id for c in codecs.CODECS}
+    assert {c.name: c.codec_id for c in codecs.CODECS} == codecs.CODEC_IDS
     assert all(codecs.CODEC_BY_ID[c.codec_id] is c is codecs.CODEC_BY_NAME[c.name] for c in codecs.CODECS)
     assert [c.name for c in codecs.CODECS if c.stores_raw] == ["none"]
     assert set(REFERENCE_DECODERS) == set(codecs.CODEC_NAMES)
@@ -114,7 +117,9 @@ def test_lz4_payload_limit_is_a_source_error_before_anything_is_read():
     with mmap.mmap(-1, limit + 1) as big:  # anonymous and never touched: costs no memory
         view = memoryview(big)
         try:
-            with pytest.raises(errors.SourceError, match=f"payload of {limit + 1} bytes exceeds the lz4 block limit of {limit} bytes"):
+            with pytest.raises(
+                errors.SourceError, match=f"payload of {limit + 1} bytes exceeds the lz4 block limit of {limit} bytes"
+            ):
                 codec.Encoder(codecs.CODEC_IDS["lz4"]).encode(view)
         finally:
             view.release()

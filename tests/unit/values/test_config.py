@@ -18,8 +18,13 @@ from datasetrt.values import config
 
 # dataset-rt 0.4.8 WriterConfig().model_dump(), verbatim from the reference.
 REFERENCE_WRITER_DUMP = {
-    "num_processes": 0, "process_timeout_seconds": 3600.0, "prefetch_size": 64, "max_shard_bytes": 67108864,
-    "shard_compression": {"algo": "none", "ratio": 1.0}, "show_progress": True, "validate_cache": False,
+    "num_processes": 0,
+    "process_timeout_seconds": 3600.0,
+    "prefetch_size": 64,
+    "max_shard_bytes": 67108864,
+    "shard_compression": {"algo": "none", "ratio": 1.0},
+    "show_progress": True,
+    "validate_cache": False,
     "profiler": {"enabled": False, "path": Path("dataset_rt_profile.json")},
 }
 REFERENCE_READER_DUMP = {"seed": 5, "prefetch_size": 64, "shuffle": True, "validate_cache": False}
@@ -61,9 +66,9 @@ def test_defaults_match_installed_dataset_rt():
 
 
 def test_default_constants():
-    assert config.DEFAULT_WRITER_CONFIG == drt.WriterConfig()
-    assert config.DEFAULT_SHARD_COMPRESSION == drt.ShardCompression()
-    assert config.DEFAULT_WRITER_PROFILER_CONFIG == drt.WriterProfilerConfig()
+    assert drt.WriterConfig() == config.DEFAULT_WRITER_CONFIG
+    assert drt.ShardCompression() == config.DEFAULT_SHARD_COMPRESSION
+    assert drt.WriterProfilerConfig() == config.DEFAULT_WRITER_PROFILER_CONFIG
     assert config.DEFAULT_MAX_SHARD_BYTES == 64 * 1024 * 1024
 
 
@@ -151,8 +156,11 @@ def test_ratio_with_none_is_accepted_by_the_model():
 
 
 def test_nested_dicts_and_dump_round_trip():
-    cfg = drt.WriterConfig(shard_compression={"algo": "lz4", "ratio": 1.5},
-                           profiler={"enabled": True, "path": "p.json"}, show_progress=False)
+    cfg = drt.WriterConfig(
+        shard_compression={"algo": "lz4", "ratio": 1.5},
+        profiler={"enabled": True, "path": "p.json"},
+        show_progress=False,
+    )
     assert cfg.shard_compression == drt.ShardCompression(algo="lz4", ratio=1.5)
     assert cfg.profiler.path == Path("p.json")
     assert drt.WriterConfig(**cfg.model_dump()) == cfg

@@ -13,8 +13,22 @@ import datasetrt as drt
 from datasetrt import api, errors
 from datasetrt.values.payloads import PAYLOAD_DTYPES, shape_problem
 
-FAMILIES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-            "float16", "float32", "float64", "complex64", "complex128"]
+FAMILIES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 
 
 def test_exported_and_constructed_positionally_or_by_keyword():
@@ -50,8 +64,22 @@ def test_torch_dtypes_map_by_name():
 
 @pytest.mark.parametrize(
     "dtype",
-    [object, "O", [("a", "i4"), ("b", "f8")], "i4,i4", "U5", "S3", "V8", "M8[s]", "m8[ns]", "longdouble",
-     ("i4", (2,)), None, "not-a-dtype", 3.5],
+    [
+        object,
+        "O",
+        [("a", "i4"), ("b", "f8")],
+        "i4,i4",
+        "U5",
+        "S3",
+        "V8",
+        "M8[s]",
+        "m8[ns]",
+        "longdouble",
+        ("i4", (2,)),
+        None,
+        "not-a-dtype",
+        3.5,
+    ],
 )
 def test_unsupported_dtypes_are_config_errors_naming_them(dtype):
     with pytest.raises(errors.ConfigError, match="PayloadSpec dtype") as info:
@@ -63,10 +91,18 @@ def test_unsupported_dtypes_are_config_errors_naming_them(dtype):
 
 @pytest.mark.parametrize(
     ("shape", "match"),
-    [((None, None), "at most one dimension"), ((-1,), "integers >= 0"), ((2, -3, None), "integers >= 0"),
-     ((None, 0), "other dimensions must be > 0"), ((2.5,), "not an integer"), ((True,), "not an integer"),
-     ("12", "tuple of ints"), (None, "tuple of ints"), (((2,),), "not an integer"),
-     ((1 << 62, 4), "too large")],
+    [
+        ((None, None), "at most one dimension"),
+        ((-1,), "integers >= 0"),
+        ((2, -3, None), "integers >= 0"),
+        ((None, 0), "other dimensions must be > 0"),
+        ((2.5,), "not an integer"),
+        ((True,), "not an integer"),
+        ("12", "tuple of ints"),
+        (None, "tuple of ints"),
+        (((2,),), "not an integer"),
+        ((1 << 62, 4), "too large"),
+    ],
 )
 def test_bad_shapes_are_config_errors(shape, match):
     with pytest.raises(errors.ConfigError, match=match):
@@ -115,7 +151,9 @@ def test_decode_is_a_zero_copy_view_with_the_buffers_writability():
 
 
 def test_decode_refuses_lengths_that_do_not_fit():
-    with pytest.raises(errors.CacheFormatError, match=r"payload of 20 bytes does not fit payload spec int32\[2, 3\]: expected 24 bytes"):
+    with pytest.raises(
+        errors.CacheFormatError, match=r"payload of 20 bytes does not fit payload spec int32\[2, 3\]: expected 24 bytes"
+    ):
         drt.PayloadSpec("int32", (2, 3)).decode(bytes(20))
     with pytest.raises(errors.CacheFormatError, match="expected a multiple of 8 bytes"):
         drt.PayloadSpec("int32", (None, 2)).decode(bytes(12))
