@@ -121,6 +121,7 @@ class CachedDataset:
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
         self._tables = DatasetTables(self._catalog, schema, self._handles)
         self._reads = DatasetReads(self._handles, self._catalog.cache_ids, reader_config, self._payload_spec, runtime)
+        self._ordering = orders.Ordering(reader_config.sampling, reader_config.window_shards, self._reads.row_shards)
         self._population = Population(self._catalog)
         self._active_frame: pl.DataFrame | None = None
         self._epoch_len: int | None = None
@@ -146,7 +147,7 @@ class CachedDataset:
         if self._epoch_len is not None:
             return self._epoch_len
         cfg = self.reader_config
-        return orders.epoch_positions(self._population, shuffle=cfg.shuffle, seed=self._seed, sampling=cfg.sampling)
+        return orders.epoch_positions(self._population, shuffle=cfg.shuffle, seed=self._seed, ordering=self._ordering)
 
     def set_epoch_len(self, epoch_len: int) -> None:
         """Length of future iterators' windows; the population is unchanged."""
@@ -173,12 +174,12 @@ class CachedDataset:
             length,
             shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
             seed=self._seed if seed is None else seed,
-            sampling=self.reader_config.sampling,
+            ordering=self._ordering,
         )
 
     def _plan(self, population: Population) -> Any:
         """The position plan of the dataset's shuffled windows over `population` (None: dataset-rt's draws)."""
-        return orders.position_plan(population, self._seed, self.reader_config.sampling)
+        return orders.position_plan(population, self._seed, self._ordering)
 
     def _next_window(self) -> Window | PlanWindow:
         """The window at the cursor (ordered) or draw offset (shuffled); call under the lock. A
@@ -267,9 +268,7 @@ class CachedDataset:
     def order_identity(self, population: Population | None = None) -> str:
         """What orders `population`'s (default: the current one's) shuffled windows, for resume
         states (`sampling.orders.order_identity`)."""
-        return orders.order_identity(
-            self._population if population is None else population, self.reader_config.sampling
-        )
+        return orders.order_identity(self._population if population is None else population, self._ordering)
 
     def read_window(
         self,

@@ -106,6 +106,27 @@ class DatasetReads:
             builder = self._other_builder
         return builder
 
+    def row_shards(self, population: Population) -> np.ndarray:
+        """The shard of each row of `population` as int64 ids unique across the dataset's caches
+        (cache k's shard j is `shard_base[k] + j`), read from the mapped indexes. O(rows) time and
+        memory (plus a stable sort of the rows by cache for an active population)."""
+        bases = np.zeros(len(self.handles) + 1, dtype=np.int64)
+        np.cumsum([len(h.manifest.shards) for h in self.handles], out=bases[1:])
+        active = population.active
+        if active is None:
+            parts = [h.index_array()[:, 0].astype(np.int64) + bases[k] for k, h in enumerate(self.handles)]
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        out = np.empty(len(active), dtype=np.int64)
+        by_cache = np.argsort(active.cache_pos, kind="stable")
+        cache_of = active.cache_pos[by_cache]
+        bounds = np.searchsorted(cache_of, np.arange(len(self.handles) + 1))
+        for k, handle in enumerate(self.handles):
+            rows = by_cache[bounds[k] : bounds[k + 1]]
+            if len(rows):
+                index = handle.index_array()
+                out[rows] = index[active.sample_id[rows].astype(np.int64), 0].astype(np.int64) + bases[k]
+        return out
+
     # -- samples -------------------------------------------------------------------------------
 
     def samples(

@@ -22,6 +22,7 @@ import numpy as np
 from datasetrt._native import perm
 from datasetrt.errors import RepeatCountError, SamplingConfigError
 
+EXACTLY_ONCE = ("permutation", "locality")  # the sampling modes whose integer weights are repeat counts
 DATASET_LABEL = 0  # the key label of a dataset-level order; mixture streams use stream_label(name)
 MAX_POSITIONS_PER_EPOCH = 1 << 62
 MAX_REPEAT = 1 << 53  # weights are float64: larger integers are not exact

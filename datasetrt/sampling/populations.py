@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from datasetrt.sampling.mixture import StreamRows
+from datasetrt.sampling.permutation import EXACTLY_ONCE
 from datasetrt.sampling.planner import ActiveRows, Population
 from datasetrt.table.catalog import CacheCatalog
 
@@ -62,7 +63,7 @@ def export_population(population: Population, sampling: str) -> PopulationExport
     travels as its configuration and one int16 stream column (never regrouped from the table)."""
     described = population.columns()
     order = population.order
-    if order is None and sampling != "permutation":
+    if order is None and sampling not in EXACTLY_ONCE:
         return None if described is None else PopulationExport(*described)
     columns, params = described if described is not None else ({}, {})
     if population.active is not None and population.active.weights is not None:

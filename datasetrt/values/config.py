@@ -29,7 +29,7 @@ from datasetrt.values.payloads import manifest_form as _manifest_form
 
 # The codec table's names ("none", "lz4", "zstd", "zstd_dict"); a Literal so pydantic reports `literal_error`.
 CompressionAlgo = Literal[CODEC_NAMES]  # type: ignore[valid-type]
-SamplingMode = Literal["draws", "permutation"]
+SamplingMode = Literal["draws", "permutation", "locality"]
 
 DEFAULT_MAX_SHARD_BYTES = 64 * 1024 * 1024
 ZSTD_DEFAULT_LEVEL = CONFIG_LEVEL_DEFAULT
@@ -260,6 +260,9 @@ class ReaderConfig(BaseModel):
     shuffle=True, seeded draws with replacement; with shuffle=False, the ordered cyclic window.
     "permutation" is exactly-once epochs (each active row once per epoch, integer weights as repeat
     counts, a different seeded order every epoch; docs/sampling.md); it needs shuffle=True.
+    "locality" is exactly-once epochs that visit the shards in a seeded order and permute the
+    records of `window_shards` shards at a time, so a read needs only those shards at once
+    (object storage, datasets larger than memory; docs/sampling.md); it needs shuffle=True.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -272,12 +275,13 @@ class ReaderConfig(BaseModel):
     memory_limit_bytes: int | None = Field(default=None, gt=0)
     worker_timeout_s: float = Field(default=300.0, gt=0)
     sampling: SamplingMode = "draws"
+    window_shards: int = Field(default=8, ge=1)
 
     @model_validator(mode="after")
     def _permutation_shuffles(self) -> ReaderConfig:
-        if self.sampling == "permutation" and not self.shuffle:
+        if self.sampling != "draws" and not self.shuffle:
             raise ValueError(
-                "sampling='permutation' is a shuffled order: it needs shuffle=True "
+                f"sampling={self.sampling!r} is a shuffled order: it needs shuffle=True "
                 "(shuffle=False reads the ordered window with sampling='draws')"
             )
         return self
