@@ -10,7 +10,7 @@ descriptor. The memory is freed by the kernel when the last mapping and descript
 whichever process goes last and however it ends (exit, exception, SIGTERM, SIGKILL): nothing in
 /dev/shm or any file system can outlive its owners, so nothing needs unlinking or sweeping.
 Nothing is registered with the `multiprocess` resource tracker (the zygote is spawned without
-one: `pool._LeanSpawnPopen`).
+one: `launch._LeanSpawnPopen`).
 
 `sweep_stale_runs()` (at every pool launch) is the backstop for `/dev/shm/datasetrt-<pid>-*`
 directories that releases before this one created (one per run, named, removed by the parent):
