@@ -2,7 +2,7 @@
 sync-then-rename that makes caches appear at <base>/<name> complete or not at all.
 
 Boundary: directories, locks and durability calls only; knows no record, shard or manifest
-layout (format/writer.py writes the files a `Staged` lists). The protocol, in the order a write
+layout (format/shards.py writes the files a `Staged` lists). The protocol, in the order a write
 takes it (the writer's module docstring has the whole write):
   1. `Staging.acquire`: an exclusive flock on <base>/tmp/.<name>.lock (`lock_file_name`: hashed
      when the name is too long), then a fresh <base>/tmp/<name>/ (a stale one, whose writer died
