@@ -1,6 +1,8 @@
-"""manifest.json: parse (strict, hostile-input safe) and serialise (dataset-rt's pretty layout).
+"""manifest.json: parse (strict, hostile-input safe), serialise (dataset-rt's pretty layout) and write.
 
-Boundary: JSON text <-> `Manifest`; file reads only of manifest.json itself. Every field read from
+Boundary: JSON text <-> `Manifest`; file reads and writes only of manifest.json itself (and its
+`.partial` replacement): `manifest_text` is the one place its on-disk form is made and
+`write_manifest` the one place it is written, staged or replaced. Every field read from
 the file is type- and range-checked here, before anything is sized or opened from it, and errors
 name the manifest path and the field.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,7 @@ _KNOWN_KEYS = frozenset(
     )
 )
 EXTENSION_KEY = "datasetrt"
+PARTIAL_SUFFIX = ".partial"  # a replacement manifest before its rename (`write_manifest`)
 # index.bin holds sample_count rows of 24 bytes and its size must fit an off_t.
 MAX_SAMPLE_COUNT = U63_MAX // INDEX_ROW_BYTES
 
@@ -163,7 +167,13 @@ class Manifest:
     dictionary: DictionaryFile | None = None
 
     def to_json(self) -> str:
-        """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
+        """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension
+        (`manifest_text` of `to_doc()`)."""
+        return manifest_text(self.to_doc())
+
+    def to_doc(self) -> dict[str, Any]:
+        """The manifest as a JSON document: dataset-rt's keys in its order, the unknown keys
+        kept, then the datasetrt extension."""
         doc: dict[str, Any] = {"format_version": self.format_version}
         if self.cache_id is not None:
             doc["cache_id"] = self.cache_id
@@ -202,13 +212,59 @@ class Manifest:
             d = self.dictionary
             entry = {"file": d.file, "dict_id": d.dict_id, "byte_len": d.byte_len, "sha256": d.sha256}
             doc[EXTENSION_KEY] = {**doc.get(EXTENSION_KEY, {}), DICTIONARY_KEY: entry}
-        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return doc
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def manifest_text(doc: Mapping[str, Any]) -> str:
+    """The on-disk form of a manifest document, the one place it is made: JSON with a 2-space
+    indent (dataset-rt's pretty layout), keys in the document's order, non-ASCII text as UTF-8,
+    no NaN or infinity (ValueError), and a final newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_manifest(cache_dir: Path | str, manifest: Manifest | Mapping[str, Any], *, durable: bool = True) -> bool:
+    """Write `<cache_dir>/manifest.json` (a `Manifest`, or a document in `manifest_text` form)
+    and return whether it is durable on return. The only writer of manifest files.
+
+    durable=True (replacing the manifest of a published cache, format/migrate.py): the text goes
+    to `manifest.json.partial`, which is fsynced and renamed over manifest.json (atomic: a
+    reader sees the old manifest or the new one, never a mix), then the cache directory is
+    fsynced. False when only that directory fsync failed: the new manifest is in place but its
+    rename may not survive a crash. Any earlier failure raises (OSError; ValueError for a
+    document that is not JSON) with the old manifest in place (a `.partial` may remain).
+
+    durable=False (the last file of a staged cache, format/shards.py): written in place under the
+    staging directory, which no reader opens, and not synced; the publisher makes the whole batch
+    durable and renames the directory into place (format/publish.py). Returns False.
+    """
+    data = (manifest.to_json() if isinstance(manifest, Manifest) else manifest_text(manifest)).encode("utf-8")
+    path = os.path.join(cache_dir, MANIFEST_NAME)
+    if not durable:
+        with open(path, "wb") as f:
+            f.write(data)
+        return False
+    from datasetrt.format.durable import fsync_path  # lazily: reader workers parse manifests only
+
+    partial = path + PARTIAL_SUFFIX
+    with open(partial, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    try:
+        fsync_path(Path(cache_dir))
+    except OSError:
+        return False
+    return True
 
 
 class _Fields:
     """Typed field access with messages naming the manifest path and the field."""
 
-    def __init__(self, path: Path, doc: Any, where: str = "") -> None:
+    def __init__(self, path: Path | str, doc: Any, where: str = "") -> None:
         if not isinstance(doc, dict):
             raise ManifestJSONError(f"JSON error: invalid type, expected a map{where}: {path}")
         self.path, self.doc, self.where = path, doc, where
@@ -222,11 +278,9 @@ class _Fields:
             f"JSON error: invalid value: `{shown}` for field `{key}`, expected {expected}{self.where}: {self.path}"
         )
 
-    def uint(self, key: str, maximum: int = U63_MAX, required: bool = True) -> int | None:
+    def uint(self, key: str, maximum: int = U63_MAX) -> int:
         if key not in self.doc:
-            if required:
-                raise self._missing(key)
-            return None
+            raise self._missing(key)
         value = self.doc[key]
         if type(value) is not int or value < 0 or value > maximum:
             if type(value) is int and value < 0:
@@ -305,7 +359,7 @@ def read_manifest_stat(cache_dir: Path) -> tuple[Manifest, os.stat_result]:
     return parse_manifest(raw, path), st
 
 
-def parse_manifest(raw: bytes, path: Path) -> Manifest:
+def parse_manifest(raw: bytes, path: Path | str) -> Manifest:
     """Parse manifest bytes; `path` is only used in messages."""
     try:
         text = raw.decode("utf-8")
@@ -329,7 +383,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
     version = top.uint("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS:
         raise ManifestJSONError(f"JSON error: unsupported format version {version}: {path}")
-    cache_id = top.uint("cache_id", maximum=U64_MAX, required=version >= 3) if version >= 3 else None
+    cache_id = top.uint("cache_id", maximum=U64_MAX) if version >= 3 else None
     source_name = top.string("source_name")
     sample_count = top.uint("sample_count", maximum=MAX_SAMPLE_COUNT)
     schema = []
@@ -415,7 +469,7 @@ def _plain_name(name: str) -> bool:
     return "/" not in name and name not in ("", ".", "..") and "\0" not in name
 
 
-def _dictionary(path: Path, value: Any) -> DictionaryFile:
+def _dictionary(path: Path | str, value: Any) -> DictionaryFile:
     """Strict parse of `datasetrt.zstd_dictionary`: exactly {file, dict_id, byte_len, sha256}, a
     plain file name, a non-zero u32 id, 1..DICT_MAX_BYTES bytes. ManifestJSONError naming the
     manifest and the key otherwise."""
@@ -437,7 +491,7 @@ def _dictionary(path: Path, value: Any) -> DictionaryFile:
     return DictionaryFile(file=file_name, dict_id=dict_id, byte_len=byte_len, sha256=f.sha256("sha256"))
 
 
-def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: DictionaryFile | None) -> None:
+def _check_cache_state(path: Path | str, shards: list[ShardEntry], dictionary: DictionaryFile | None) -> None:
     """Shards of a codec with per-cache state (zstd_dict) need the dictionary entry; a dictionary
     with no shard using it is malformed state (a manifest edited or assembled from two caches)."""
     users = [i for i, s in enumerate(shards) if CODEC_BY_NAME[s.algo].cache_state]
@@ -452,7 +506,7 @@ def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: Diction
         )
 
 
-def _payload_spec(path: Path, value: Any) -> PayloadSpecForm:
+def _payload_spec(path: Path | str, value: Any) -> PayloadSpecForm:
     """Strict parse of `datasetrt.payload_spec`: exactly {"dtype", "shape"}, a canonical dtype
     name and a valid shape (payloads.shape_problem), without numpy or pydantic (reader workers
     parse manifests). ManifestJSONError naming the manifest and the key otherwise."""

@@ -58,7 +58,7 @@ from datasetrt.format.layout import (
     cache_id_for,
     shard_name,
 )
-from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntry, new_manifest
+from datasetrt.format.manifest import ChecksumSidecar, DictionaryFile, ShardEntry, new_manifest, write_manifest
 from datasetrt.format.profile import StageProfile
 from datasetrt.values.codecs import CODEC_BY_NAME
 from datasetrt.values.config import WriterConfig
@@ -309,8 +309,8 @@ class StagedCache:
                 dictionary=dict_file,
                 payload_spec=(spec.dtype, spec.shape) if (spec := self.config.payload_spec) is not None else None,
             )
-            self._write_file(MANIFEST_NAME, manifest.to_json().encode("utf-8"))
-            self.files += [self.staging / SHARDS_DIR, self.staging]
+            write_manifest(self.staging, manifest, durable=False)  # synced with the publisher's batch
+            self.files += [self.staging / MANIFEST_NAME, self.staging / SHARDS_DIR, self.staging]
 
     def _write_file(self, name: str, data: bytes) -> str:
         path = self.staging / name
