@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasetrt.errors import ManifestJSONError, MissingManifestError
+from datasetrt.errors import CacheIOError, ManifestJSONError, MissingManifestError
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
@@ -353,9 +353,7 @@ def read_manifest_stat(cache_dir: Path) -> tuple[Manifest, os.stat_result]:
     except IsADirectoryError:
         raise ManifestJSONError(f"JSON error: manifest is a directory: {path}") from None
     except OSError as exc:
-        from datasetrt.errors import CacheIOError
-
-        raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
+        raise CacheIOError.from_os(exc, path) from None
     return parse_manifest(raw, path), st
 
 

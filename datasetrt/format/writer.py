@@ -38,6 +38,7 @@ cache hold (their module docstrings).
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,7 +46,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, cast
 
-from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError
+from datasetrt.errors import CacheIOError, DatasetRTError, DuplicateSourceError, SourceError, os_error_text
 from datasetrt.format import envelope
 from datasetrt.format.blocks import Blocks
 from datasetrt.format.layout import STAGING_DIR
@@ -89,7 +90,7 @@ def source_label(source: Any, position: int, base: Path | None = None) -> tuple[
         where = (base / STAGING_DIR).absolute() if base is not None else STAGING_DIR
         return name, f"cache path already exists: {where}"
     if len(encoded) > 255:
-        return name, "I/O error: File name too long (os error 36)"
+        return name, f"I/O error: {os_error_text(errno.ENAMETOOLONG)}"
     return name, None
 
 
@@ -231,11 +232,11 @@ def write_sources(
     check_duplicate_names(sources, base)
     try:
         if base.exists() and not base.is_dir():
-            msg = f"I/O error: Not a directory (os error 20): {base}"
+            msg = str(CacheIOError.from_os(errno.ENOTDIR, base))
             return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
         base.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # e.g. permission denied on base or a parent: every source fails alike
-        msg = f"I/O error: {exc.strerror} (os error {exc.errno}): {base}"
+        msg = str(CacheIOError.from_os(exc, base))
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
     writer = SourceWriter(base, config, pool, progress)
     results: list[CacheWriteResult | None] = []

@@ -303,8 +303,11 @@ def test_an_unreadable_manifest_is_an_io_error_naming_it(tmp_path):
 
     (tmp_path / "loop").mkdir()
     (tmp_path / "loop" / "manifest.json").symlink_to(tmp_path / "loop" / "manifest.json")
-    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error 40\\): {tmp_path / 'loop' / 'manifest.json'}"):
+    with pytest.raises(
+        CacheIOError, match=f"I/O error: .* \\(os error 40\\): {tmp_path / 'loop' / 'manifest.json'}"
+    ) as info:
         read_manifest(tmp_path / "loop")
+    assert (info.value.errno, info.value.path) == (40, str(tmp_path / "loop" / "manifest.json"))
 
 
 def test_dictionary_id_and_size_at_their_limits_are_accepted():
