@@ -69,7 +69,7 @@ GROUP_BYTES = 1 << 20  # records are written and hashed in groups of about this 
 LARGE_RECORD_BYTES = 16 << 10  # groups averaging at least this per record are written without joining
 WRITEBACK_BYTES = 2 << 20  # ask for the shard's writeback every this many bytes
 POOL_MIN_BYTES = 128 << 10  # smaller groups (and compression blocks: format/blocks.py) are done inline:
-# a hand-off to a pool thread costs tens of microseconds, more than hashing or writing them
+# a hand-off to a pool thread costs more than hashing, writing or compressing them
 _IOV_MAX = 1024  # POSIX IOV_MAX on Linux: most buffers one writev takes
 _PAGE = 4096
 

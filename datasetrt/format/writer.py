@@ -262,7 +262,7 @@ def write_sources(
                 progress.source_done()
     finally:
         # Also on KeyboardInterrupt/SystemExit from a source: the complete caches staged before it
-        # are published (as when each was published on its own), the interrupted one never.
+        # are published (as if each were published on its own), the interrupted one never.
         try:
             publisher.flush()
         finally:
