@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from datasetrt.errors import DatasetRTError
+from datasetrt.errors import DatasetRTError, os_error_text
 from datasetrt.format.layout import (
     CHECKSUM_ROW_BYTES,
     INDEX_NAME,
@@ -96,11 +96,11 @@ def _size(report: Report, path: Path, name: str) -> int | None:
     try:
         return path.stat().st_size
     except OSError as exc:
-        report.problems.append((name, f"cannot be read: {exc.strerror} (os error {exc.errno})"))
+        report.problems.append((name, f"cannot be read: {os_error_text(exc)}"))
         return None
 
 
-def _check_size(report: Report, root: Path, name: str, expected: int, unit: str, what: str) -> None:
+def _check_size(report: Report, root: Path, name: str, expected: int, unit: int, what: str) -> None:
     size = _size(report, root / name, name)
     if size is None:
         return

@@ -117,7 +117,7 @@ def read_checked(cache_dir: Path | str, entry: DictionaryFile) -> tuple[bytes, o
             data = f.read(entry.byte_len + 1)
             st = os.fstat(f.fileno())
     except OSError as exc:
-        raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
+        raise CacheIOError.from_os(exc, path) from None
     if len(data) != entry.byte_len:
         raise CacheFormatError(
             f"dictionary length mismatch for {path}: {len(data)} bytes, manifest byte_len {entry.byte_len}"

@@ -1,20 +1,23 @@
-"""manifest.json: parse (strict, hostile-input safe) and serialise (dataset-rt's pretty layout).
+"""manifest.json: parse (strict, hostile-input safe), serialise (dataset-rt's pretty layout) and write.
 
-Boundary: JSON text <-> `Manifest`; file reads only of manifest.json itself. Every field read from
+Boundary: JSON text <-> `Manifest`; file reads and writes only of manifest.json itself (and its
+`.partial` replacement): `manifest_text` is the one place its on-disk form is made and
+`write_manifest` the one place it is written, staged or replaced. Every field read from
 the file is type- and range-checked here, before anything is sized or opened from it, and errors
-name the manifest path and the field.
+name the manifest path and the field; the JSON layer under that (strict decoding, typed field
+access in serde's wording) is format/manifest_json.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasetrt.errors import ManifestJSONError, MissingManifestError
+from datasetrt.errors import CacheIOError, ManifestJSONError, MissingManifestError
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
@@ -26,10 +29,10 @@ from datasetrt.format.layout import (
     U63_MAX,
     U64_MAX,
 )
+from datasetrt.format.manifest_json import Fields, decode_document
 from datasetrt.values.codecs import CODEC_BY_NAME, DICT_MAX_BYTES, MANIFEST_LEVEL_MAX, MANIFEST_LEVEL_MIN, names_listed
 from datasetrt.values.payloads import PAYLOAD_DTYPES, dtypes_listed, manifest_form, shape_problem
 
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _KNOWN_KEYS = frozenset(
     (
         "format_version",
@@ -44,59 +47,9 @@ _KNOWN_KEYS = frozenset(
     )
 )
 EXTENSION_KEY = "datasetrt"
+PARTIAL_SUFFIX = ".partial"  # a replacement manifest before its rename (`write_manifest`)
 # index.bin holds sample_count rows of 24 bytes and its size must fit an off_t.
 MAX_SAMPLE_COUNT = U63_MAX // INDEX_ROW_BYTES
-
-
-class _DuplicateField(Exception):
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """object_pairs_hook: a repeated key is an error (serde rejects it; last-wins would let two
-    readers of one manifest disagree)."""
-    doc = dict(pairs)
-    if len(doc) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateField(key)
-            seen.add(key)
-    return doc
-
-
-def _eof_context(text: str) -> str:
-    """serde-style "EOF while parsing <what> at line L column C" for input that ends too early.
-
-    One iterative pass (hostile nesting cannot recurse); only called on the error path.
-    """
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            stack.append(ch)
-        elif ch in "]}" and stack:
-            stack.pop()
-    if in_string:
-        what = "a string"
-    elif stack:
-        what = "an object" if stack[-1] == "{" else "a list"
-    else:
-        what = "a value"
-    body = text.rstrip()
-    line = body.count("\n") + 1
-    column = len(body) - (body.rfind("\n") + 1)
-    return f"EOF while parsing {what} at line {line} column {column}"
 
 
 @dataclass(frozen=True)
@@ -163,7 +116,13 @@ class Manifest:
     dictionary: DictionaryFile | None = None
 
     def to_json(self) -> str:
-        """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension."""
+        """Pretty JSON (2-space indent) in dataset-rt's key order, plus the datasetrt extension
+        (`manifest_text` of `to_doc()`)."""
+        return manifest_text(self.to_doc())
+
+    def to_doc(self) -> dict[str, Any]:
+        """The manifest as a JSON document: dataset-rt's keys in its order, the unknown keys
+        kept, then the datasetrt extension."""
         doc: dict[str, Any] = {"format_version": self.format_version}
         if self.cache_id is not None:
             doc["cache_id"] = self.cache_id
@@ -202,75 +161,51 @@ class Manifest:
             d = self.dictionary
             entry = {"file": d.file, "dict_id": d.dict_id, "byte_len": d.byte_len, "sha256": d.sha256}
             doc[EXTENSION_KEY] = {**doc.get(EXTENSION_KEY, {}), DICTIONARY_KEY: entry}
-        return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return doc
 
 
-class _Fields:
-    """Typed field access with messages naming the manifest path and the field."""
-
-    def __init__(self, path: Path, doc: Any, where: str = "") -> None:
-        if not isinstance(doc, dict):
-            raise ManifestJSONError(f"JSON error: invalid type, expected a map{where}: {path}")
-        self.path, self.doc, self.where = path, doc, where
-
-    def _missing(self, key: str) -> ManifestJSONError:
-        return ManifestJSONError(f"JSON error: missing field `{key}`{self.where}: {self.path}")
-
-    def _bad(self, key: str, value: Any, expected: str) -> ManifestJSONError:
-        shown = json.dumps(value)[:80] if _jsonable(value) else repr(value)[:80]
-        return ManifestJSONError(
-            f"JSON error: invalid value: `{shown}` for field `{key}`, expected {expected}{self.where}: {self.path}"
-        )
-
-    def uint(self, key: str, maximum: int = U63_MAX, required: bool = True) -> int | None:
-        if key not in self.doc:
-            if required:
-                raise self._missing(key)
-            return None
-        value = self.doc[key]
-        if type(value) is not int or value < 0 or value > maximum:
-            if type(value) is int and value < 0:
-                raise ManifestJSONError(
-                    f"JSON error: invalid value: integer `{value}`, expected u64 for field `{key}`{self.where}: {self.path}"
-                )
-            raise self._bad(key, value, f"an integer in [0, {maximum}]")
-        return value
-
-    def string(self, key: str) -> str:
-        if key not in self.doc:
-            raise self._missing(key)
-        value = self.doc[key]
-        if not isinstance(value, str):
-            raise self._bad(key, value, "a string")
-        return value
-
-    def sha256(self, key: str) -> str:
-        value = self.string(key)
-        if _SHA256_RE.fullmatch(value) is None:
-            raise self._bad(key, value, "64 lowercase hex digits")
-        return value
-
-    def number(self, key: str) -> float:
-        if key not in self.doc:
-            raise self._missing(key)
-        value = self.doc[key]
-        if type(value) not in (int, float) or not (value > 0) or value == float("inf"):
-            raise self._bad(key, value, "a positive finite number")
-        return float(value)
-
-    def array(self, key: str) -> list:
-        if key not in self.doc:
-            raise self._missing(key)
-        value = self.doc[key]
-        if not isinstance(value, list):
-            raise self._bad(key, value, "a sequence")
-        return value
+# -- writing ------------------------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> bool:
+def manifest_text(doc: Mapping[str, Any]) -> str:
+    """The on-disk form of a manifest document, the one place it is made: JSON with a 2-space
+    indent (dataset-rt's pretty layout), keys in the document's order, non-ASCII text as UTF-8,
+    no NaN or infinity (ValueError), and a final newline."""
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_manifest(cache_dir: Path | str, manifest: Manifest | Mapping[str, Any], *, durable: bool = True) -> bool:
+    """Write `<cache_dir>/manifest.json` (a `Manifest`, or a document in `manifest_text` form)
+    and return whether it is durable on return. The only writer of manifest files.
+
+    durable=True (replacing the manifest of a published cache, format/migrate.py): the text goes
+    to `manifest.json.partial`, which is fsynced and renamed over manifest.json (atomic: a
+    reader sees the old manifest or the new one, never a mix), then the cache directory is
+    fsynced. False when only that directory fsync failed: the new manifest is in place but its
+    rename may not survive a crash. Any earlier failure raises (OSError; ValueError for a
+    document that is not JSON) with the old manifest in place (a `.partial` may remain).
+
+    durable=False (the last file of a staged cache, format/shards.py): written in place under the
+    staging directory, which no reader opens, and not synced; the publisher makes the whole batch
+    durable and renames the directory into place (format/publish.py). Returns False.
+    """
+    data = (manifest.to_json() if isinstance(manifest, Manifest) else manifest_text(manifest)).encode("utf-8")
+    path = os.path.join(cache_dir, MANIFEST_NAME)
+    if not durable:
+        with open(path, "wb") as f:
+            f.write(data)
+        return False
+    from datasetrt.format.durable import fsync_path  # lazily: reader workers parse manifests only
+
+    partial = path + PARTIAL_SUFFIX
+    with open(partial, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
+        fsync_path(Path(cache_dir))
+    except OSError:
         return False
     return True
 
@@ -299,43 +234,24 @@ def read_manifest_stat(cache_dir: Path) -> tuple[Manifest, os.stat_result]:
     except IsADirectoryError:
         raise ManifestJSONError(f"JSON error: manifest is a directory: {path}") from None
     except OSError as exc:
-        from datasetrt.errors import CacheIOError
-
-        raise CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}") from None
+        raise CacheIOError.from_os(exc, path) from None
     return parse_manifest(raw, path), st
 
 
-def parse_manifest(raw: bytes, path: Path) -> Manifest:
+def parse_manifest(raw: bytes, path: Path | str) -> Manifest:
     """Parse manifest bytes; `path` is only used in messages."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ManifestJSONError(f"JSON error: manifest is not UTF-8 ({exc.reason}): {path}") from None
-    try:
-        doc = json.loads(text, object_pairs_hook=_unique_object)
-    except _DuplicateField as exc:
-        raise ManifestJSONError(f"JSON error: duplicate manifest field `{exc.key}`: {path}") from None
-    except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
-            what = _eof_context(text)
-        else:
-            what = f"syntax error: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        raise ManifestJSONError(f"JSON error: {what}: {path}") from None
-    except RecursionError:
-        raise ManifestJSONError(f"JSON error: recursion limit exceeded (nesting too deep): {path}") from None
-    except ValueError as exc:  # e.g. an integer literal longer than sys.get_int_max_str_digits()
-        raise ManifestJSONError(f"JSON error: number out of range ({exc}): {path}") from None
-    top = _Fields(path, doc)
+    doc = decode_document(raw, path)
+    top = Fields(path, doc)
     version = top.uint("format_version")
     if version not in SUPPORTED_FORMAT_VERSIONS:
         raise ManifestJSONError(f"JSON error: unsupported format version {version}: {path}")
-    cache_id = top.uint("cache_id", maximum=U64_MAX, required=version >= 3) if version >= 3 else None
+    cache_id = top.uint("cache_id", maximum=U64_MAX) if version >= 3 else None
     source_name = top.string("source_name")
     sample_count = top.uint("sample_count", maximum=MAX_SAMPLE_COUNT)
     schema = []
     seen: set[str] = set()
     for i, item in enumerate(top.array("metadata_schema")):
-        f = _Fields(path, item, f" in metadata_schema[{i}]")
+        f = Fields(path, item, f" in metadata_schema[{i}]")
         name, kind = f.string("name"), f.string("kind")
         if kind not in METADATA_KINDS:
             raise ManifestJSONError(
@@ -348,7 +264,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
         schema.append((name, kind))
     shards = []
     for i, item in enumerate(top.array("shards")):
-        f = _Fields(path, item, f" in shards[{i}]")
+        f = Fields(path, item, f" in shards[{i}]")
         name = f.string("name")
         if not SHARD_NAME_RE.fullmatch(name):
             raise ManifestJSONError(
@@ -357,8 +273,8 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
         if "compression" not in item:
             # Required, as in dataset-rt 0.4.8 (v2 and v3: "missing field `compression`"). A
             # default of "none" read a compressed shard whose key was damaged as raw payloads.
-            raise f._missing("compression")
-        comp = _Fields(path, item["compression"], f" in shards[{i}].compression")
+            raise f.missing("compression")
+        comp = Fields(path, item["compression"], f" in shards[{i}].compression")
         algo = comp.string("algo")
         if algo not in CODEC_BY_NAME:
             raise ManifestJSONError(
@@ -367,7 +283,7 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
             )
         level = comp.doc.get("level")
         if level is not None and (type(level) is not int or not MANIFEST_LEVEL_MIN <= level <= MANIFEST_LEVEL_MAX):
-            raise comp._bad("level", level, "a zstd level")
+            raise comp.bad("level", level, "a zstd level")
         shards.append(
             ShardEntry(
                 name=name,
@@ -382,10 +298,10 @@ def parse_manifest(raw: bytes, path: Path) -> Manifest:
     checksums = None
     ext = doc.get(EXTENSION_KEY)
     if isinstance(ext, dict) and "record_checksums" in ext:
-        f = _Fields(path, ext["record_checksums"], f" in {EXTENSION_KEY}.record_checksums")
+        f = Fields(path, ext["record_checksums"], f" in {EXTENSION_KEY}.record_checksums")
         file_name, algo = f.string("file"), f.string("algo")
         if algo != CHECKSUM_ALGO or not _plain_name(file_name):
-            raise f._bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
+            raise f.bad("file", file_name, f"a plain file name with algo {CHECKSUM_ALGO}")
         checksums = ChecksumSidecar(file=file_name, algo=algo, sha256=f.sha256("sha256"))
     payload_spec = None
     if isinstance(ext, dict) and "payload_spec" in ext:
@@ -415,11 +331,11 @@ def _plain_name(name: str) -> bool:
     return "/" not in name and name not in ("", ".", "..") and "\0" not in name
 
 
-def _dictionary(path: Path, value: Any) -> DictionaryFile:
+def _dictionary(path: Path | str, value: Any) -> DictionaryFile:
     """Strict parse of `datasetrt.zstd_dictionary`: exactly {file, dict_id, byte_len, sha256}, a
     plain file name, a non-zero u32 id, 1..DICT_MAX_BYTES bytes. ManifestJSONError naming the
     manifest and the key otherwise."""
-    f = _Fields(path, value, f" in {EXTENSION_KEY}.{DICTIONARY_KEY}")
+    f = Fields(path, value, f" in {EXTENSION_KEY}.{DICTIONARY_KEY}")
     for key in f.doc:
         if key not in _DICTIONARY_FIELDS:
             raise ManifestJSONError(
@@ -427,17 +343,17 @@ def _dictionary(path: Path, value: Any) -> DictionaryFile:
             )
     file_name = f.string("file")
     if not _plain_name(file_name):
-        raise f._bad("file", file_name, "a plain file name")
+        raise f.bad("file", file_name, "a plain file name")
     dict_id = f.uint("dict_id", maximum=U32_MAX)
     if dict_id == 0:
-        raise f._bad("dict_id", dict_id, "a dictionary id in [1, 4294967295]")
+        raise f.bad("dict_id", dict_id, "a dictionary id in [1, 4294967295]")
     byte_len = f.uint("byte_len", maximum=DICT_MAX_BYTES)
     if byte_len == 0:
-        raise f._bad("byte_len", byte_len, f"a dictionary size in [1, {DICT_MAX_BYTES}]")
+        raise f.bad("byte_len", byte_len, f"a dictionary size in [1, {DICT_MAX_BYTES}]")
     return DictionaryFile(file=file_name, dict_id=dict_id, byte_len=byte_len, sha256=f.sha256("sha256"))
 
 
-def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: DictionaryFile | None) -> None:
+def _check_cache_state(path: Path | str, shards: list[ShardEntry], dictionary: DictionaryFile | None) -> None:
     """Shards of a codec with per-cache state (zstd_dict) need the dictionary entry; a dictionary
     with no shard using it is malformed state (a manifest edited or assembled from two caches)."""
     users = [i for i, s in enumerate(shards) if CODEC_BY_NAME[s.algo].cache_state]
@@ -452,21 +368,21 @@ def _check_cache_state(path: Path, shards: list[ShardEntry], dictionary: Diction
         )
 
 
-def _payload_spec(path: Path, value: Any) -> PayloadSpecForm:
+def _payload_spec(path: Path | str, value: Any) -> PayloadSpecForm:
     """Strict parse of `datasetrt.payload_spec`: exactly {"dtype", "shape"}, a canonical dtype
     name and a valid shape (payloads.shape_problem), without numpy or pydantic (reader workers
     parse manifests). ManifestJSONError naming the manifest and the key otherwise."""
-    f = _Fields(path, value, f" in {EXTENSION_KEY}.payload_spec")
+    f = Fields(path, value, f" in {EXTENSION_KEY}.payload_spec")
     for key in f.doc:
         if key not in ("dtype", "shape"):
             raise ManifestJSONError(f"JSON error: unknown field `{key}`, expected `dtype` or `shape`{f.where}: {path}")
     dtype = f.string("dtype")
     if dtype not in PAYLOAD_DTYPES:
-        raise f._bad("dtype", dtype, f"one of {dtypes_listed()}")
+        raise f.bad("dtype", dtype, f"one of {dtypes_listed()}")
     shape = tuple(f.array("shape"))
     problem = shape_problem(dtype, shape)
     if problem is not None:
-        raise f._bad("shape", list(shape), f"a payload shape ({problem})")
+        raise f.bad("shape", list(shape), f"a payload shape ({problem})")
     return dtype, shape
 
 

@@ -5,22 +5,22 @@ sampling. The caller supplies each cache's identity (for v2 caches: its position
 paths, the id readers already gave it), so a migrated cache keeps the cache_id it was read with.
 
 Per manifest: a v3 manifest is left alone ("unchanged"); a v2 one is rewritten with
-`format_version: 3` and `cache_id` first, every other key kept in order, through
-`manifest.json.partial` (written, fsynced, renamed over the manifest), then the cache directory
-is fsynced ("updated"; "durability_unknown" when that directory fsync fails). The first failure
-stops the run and is returned with the entries done so far; nothing is raised for bad files.
+`format_version: 3` and `cache_id` first, every other key kept in order, and replaced atomically
+by `manifest.write_manifest` (through `manifest.json.partial`, fsynced, renamed over the manifest,
+then the cache directory fsynced: "updated"; "durability_unknown" when that directory fsync
+fails). The first failure stops the run and is returned with the entries done so far; nothing is
+raised for bad files.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from datasetrt.format.durable import fsync_path
 from datasetrt.format.layout import MANIFEST_NAME
+from datasetrt.format.manifest import write_manifest
 from datasetrt.format.results import (
     AbsentManifestTarget,
     Err,
@@ -53,7 +53,7 @@ def update_manifests(cache_dirs: Sequence[Path], cache_ids: Sequence[int], versi
         if target in seen:
             return Err(ManifestUpdateError(target, "duplicate migration target or cache_id", ()))
         seen.add(target)
-    for cache_dir, path, cache_id in zip(cache_dirs, targets, cache_ids):
+    for path, cache_id in zip(targets, cache_ids):
         cache_id = int(cache_id)
         try:
             doc = json.loads(path.read_text())
@@ -62,17 +62,8 @@ def update_manifests(cache_dirs: Sequence[Path], cache_ids: Sequence[int], versi
                 continue
             migrated = {"format_version": 3, "cache_id": cache_id}
             migrated.update({k: v for k, v in doc.items() if k not in ("format_version", "cache_id")})
-            tmp = path.with_name(MANIFEST_NAME + ".partial")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps(migrated, indent=2, ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            try:
-                fsync_path(cache_dir)
-                status = "updated"
-            except OSError:
-                status = "durability_unknown"
+            durable = write_manifest(path.parent, migrated)
+            status: Literal["updated", "durability_unknown"] = "updated" if durable else "durability_unknown"
             entries.append(ManifestUpdateEntry(path, cache_id, status))
         except (OSError, ValueError) as exc:
             return Err(ManifestUpdateError(path, f"manifest update failed: {exc}", tuple(entries)))

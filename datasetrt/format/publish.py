@@ -2,7 +2,7 @@
 sync-then-rename that makes caches appear at <base>/<name> complete or not at all.
 
 Boundary: directories, locks and durability calls only; knows no record, shard or manifest
-layout (format/writer.py writes the files a `Staged` lists). The protocol, in the order a write
+layout (format/shards.py writes the files a `Staged` lists). The protocol, in the order a write
 takes it (the writer's module docstring has the whole write):
   1. `Staging.acquire`: an exclusive flock on <base>/tmp/.<name>.lock (`lock_file_name`: hashed
      when the name is too long), then a fresh <base>/tmp/<name>/ (a stale one, whose writer died
@@ -23,7 +23,7 @@ import stat
 import time
 from pathlib import Path
 
-from datasetrt.errors import SourceError
+from datasetrt.errors import CacheIOError, SourceError, os_error_text
 from datasetrt.format.durable import SYNCFS_REPORTS_ERRORS, fsync_path, fsync_paths, rename_noreplace, syncfs
 from datasetrt.format.layout import STAGING_DIR
 from datasetrt.format.profile import StageProfile
@@ -161,8 +161,11 @@ def _remove(path: Path) -> None:
 
 
 def io_error_message(exc: OSError) -> str:
-    where = f": {exc.filename}" if exc.filename else ""
-    return f"I/O error: {exc.strerror or exc} (os error {exc.errno}){where}"
+    """A write result's message for `exc`: `CacheIOError.from_os`'s text naming the file the OS
+    named, or without a path when it named none."""
+    if exc.filename:
+        return str(CacheIOError.from_os(exc, exc.filename))
+    return f"I/O error: {os_error_text(exc)}"
 
 
 class Staged:

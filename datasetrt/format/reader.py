@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 HASH_CHUNK_BYTES = 8 << 20
 
 
-def _io_error(exc: OSError, path: Path) -> CacheIOError:
-    return CacheIOError(f"I/O error: {exc.strerror} (os error {exc.errno}): {path}")
+def _io_error(exc: OSError, path: Path | str) -> CacheIOError:
+    return CacheIOError.from_os(exc, path)
 
 
 def _stat(path: str) -> os.stat_result:

@@ -236,9 +236,8 @@ class DescriptorBudget:
                 fd = self._open_file(path)
             except OSError as exc:
                 self._open -= reader._close(k)
-                raise CacheIOError(
-                    f"I/O error: {exc.strerror} (os error {exc.errno}): {path}{_fd_hint(exc, self)}"
-                ) from None
+                text = f"{CacheIOError.from_os(exc, path)}{_fd_hint(exc, self)}"  # the hint follows the path
+                raise CacheIOError(text, errno=exc.errno, path=path) from None
             reader.fds[base + j] = fd
             reader.open_fds += 1
             self._open += 1

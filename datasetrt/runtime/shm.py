@@ -10,7 +10,7 @@ descriptor. The memory is freed by the kernel when the last mapping and descript
 whichever process goes last and however it ends (exit, exception, SIGTERM, SIGKILL): nothing in
 /dev/shm or any file system can outlive its owners, so nothing needs unlinking or sweeping.
 Nothing is registered with the `multiprocess` resource tracker (the zygote is spawned without
-one: `pool._LeanSpawnPopen`).
+one: `launch._LeanSpawnPopen`).
 
 `sweep_stale_runs()` (at every pool launch) is the backstop for `/dev/shm/datasetrt-<pid>-*`
 directories that releases before this one created (one per run, named, removed by the parent):
@@ -26,7 +26,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from datasetrt.errors import ResourceLimitError
+from datasetrt.errors import ResourceLimitError, os_error_text
 from datasetrt.runtime.memory import SHM_DIR
 
 RUN_PREFIX = "datasetrt-"
@@ -37,7 +37,7 @@ def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
     """Remove run directories whose creating process no longer exists; returns what was removed."""
     import psutil  # lazily: only the parent sweeps; workers import what they use
 
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(shm_dir.iterdir())
     except OSError:
@@ -62,7 +62,7 @@ def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
             except OSError as exc:
                 raise ResourceLimitError(
                     f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
-                    f"{exc.strerror} (os error {exc.errno}); lower prefetch_size / num_workers"
+                    f"{os_error_text(exc)}; lower prefetch_size / num_workers"
                 ) from None
         return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
     except BaseException:

@@ -1,4 +1,5 @@
-"""Shared helpers of the writer tests: an in-memory source, and a write under a file-size limit."""
+"""Shared helpers of the writer tests: an in-memory source, one-source writes and their records,
+and a write under a file-size limit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 import os
 import resource
 import signal
+from pathlib import Path
+
+import numpy as np
 
 import datasetrt as drt
 from tests.conftest import QUIET
@@ -57,3 +61,30 @@ def assert_big_failed_small_written(tmp_path, big: list, small: list) -> None:
     assert big[2].startswith("I/O error: File too large (os error 27)"), big[2]
     assert small[:2] == ["CacheWriteSuccess", "small"]
     assert sorted(os.listdir(tmp_path)) == ["small"]
+
+
+def write_one(runtime, base, name, items, **cfg):
+    """Write `items` as cache `name` under `base` (`algo` picks the codec): (path, manifest dict)."""
+    cfg.setdefault("show_progress", False)
+    algo = cfg.pop("algo", "none")
+    config = drt.WriterConfig(shard_compression=drt.ShardCompression(algo=algo), **cfg)
+    (result,) = runtime.write_cache([Raw(name, items)], base, writer_config=config)
+    assert isinstance(result, drt.CacheWriteSuccess), result
+    return result.path, json.loads((result.path / "manifest.json").read_text())
+
+
+def index_rows(cache: Path) -> list[tuple[int, int, int]]:
+    """index.bin as (shard, offset, length) rows."""
+    return [tuple(r) for r in np.fromfile(cache / "index.bin", dtype="<u8").reshape(-1, 3).tolist()]
+
+
+def cache_records(cache: Path) -> list[bytes]:
+    """Every record's bytes, in index order."""
+    shards = [p.read_bytes() for p in sorted((cache / "shards").iterdir())]
+    return [shards[s][o : o + n] for s, o, n in index_rows(cache)]
+
+
+def split_record(record: bytes) -> tuple[bytes, bytes]:
+    """(JSON, stored payload) of one record."""
+    n = int.from_bytes(record[:8], "little")
+    return record[8 : 8 + n], record[8 + n :]

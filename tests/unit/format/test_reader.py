@@ -7,6 +7,7 @@ what it must (tests/integrity/corrupt.py), so the check under test is the one th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -201,8 +202,9 @@ def test_metadata_gone_after_open_is_a_cache_io_error(cache, damage):
     (cache / "metadata.arrow").unlink()
     if damage == "a-directory":
         (cache / "metadata.arrow").mkdir()
-    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error \\d+\\): {cache / 'metadata.arrow'}$"):
+    with pytest.raises(CacheIOError, match=f"I/O error: .* \\(os error \\d+\\): {cache / 'metadata.arrow'}$") as info:
         handle.read_metadata()
+    assert info.value.errno in (errno.ENOENT, errno.EISDIR) and info.value.path == str(cache / "metadata.arrow")
 
 
 # -- open: shapes against the manifest ---------------------------------------------------------------

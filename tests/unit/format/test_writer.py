@@ -1,30 +1,26 @@
-"""Cache writer: bad inputs as values (nothing left on disk), layout, compression, pool, progress.
+"""Cache writer: bad inputs as values (nothing left on disk), names, layout and manifest, progress.
 
 Reference: dataset_rt-0.4.8-behaviour.md §2.5 and §4. Interrupts, the profiler, existing targets,
-locks, races, disk full and reuse are in test_writer_faults.py.
+locks, races, disk full and reuse are in test_writer_faults.py; shard rotation, groups and the
+sidecar in test_shards.py; compression and the ordered commit in test_blocks.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from pathlib import Path
 from types import MappingProxyType
 
-import lz4.block
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 import pytest
-import xxhash
-import zstandard
 
 import datasetrt as drt
-from datasetrt.format import writer
-from datasetrt.format.envelope import MetadataSchema
 from tests.conftest import QUIET, sample_items
+from tests.unit.format.sources import index_rows, write_one
 
 OK = [(b"x", {"a": 1})]
 
@@ -282,34 +278,11 @@ def test_reused_and_resized_buffers_are_copied_at_yield(runtime, tmp_path):
     assert got == want
 
 
-# -- layout, rotation, manifest -------------------------------------------------------------------
+# -- layout, manifest ------------------------------------------------------------------------------
 
 
 def _cache_id(name: str) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") & (2**63 - 1)
-
-
-def _write_one(runtime, base, name, items, **cfg):
-    cfg.setdefault("show_progress", False)
-    algo = cfg.pop("algo", "none")
-    config = drt.WriterConfig(shard_compression=drt.ShardCompression(algo=algo), **cfg)
-    (result,) = runtime.write_cache([Raw(name, items)], base, writer_config=config)
-    assert isinstance(result, drt.CacheWriteSuccess), result
-    return result.path, json.loads((result.path / "manifest.json").read_text())
-
-
-def _index(cache: Path) -> list[tuple[int, int, int]]:
-    return [tuple(r) for r in np.fromfile(cache / "index.bin", dtype="<u8").reshape(-1, 3).tolist()]
-
-
-def _records(cache: Path) -> list[bytes]:
-    shards = [p.read_bytes() for p in sorted((cache / "shards").iterdir())]
-    return [shards[s][o : o + n] for s, o, n in _index(cache)]
-
-
-def _split(record: bytes) -> tuple[bytes, bytes]:
-    n = int.from_bytes(record[:8], "little")
-    return record[8 : 8 + n], record[8 + n :]
 
 
 TINY = [
@@ -321,7 +294,7 @@ TINY = [
 
 def test_tiny_matches_reference_manifest(runtime, tmp_path):
     """§4: shard, index and identity fields of `tiny` equal dataset-rt's verbatim manifest."""
-    cache, m = _write_one(runtime, tmp_path, "tiny", TINY)
+    cache, m = write_one(runtime, tmp_path, "tiny", TINY)
     assert list(m)[:8] == [
         "format_version",
         "cache_id",
@@ -354,7 +327,7 @@ def test_tiny_matches_reference_manifest(runtime, tmp_path):
             "sha256": "2258026e884317474bc083e96682a9f2b6f07d9afc4624d2e69a92fa94132daa",
         }
     ]
-    assert _index(cache) == [(0, 0, 59), (0, 59, 59), (0, 118, 58)]
+    assert index_rows(cache) == [(0, 0, 59), (0, 59, 59), (0, 118, 58)]
     assert (cache / "manifest.json").read_text().startswith('{\n  "format_version": 3,\n  "cache_id": ')
     table = pa.ipc.open_file(cache / "metadata.arrow").read_all()
     assert table.schema == pa.schema(
@@ -369,28 +342,14 @@ def test_tiny_matches_reference_manifest(runtime, tmp_path):
     assert not (tmp_path / "tmp").exists()
 
 
-def test_rotation_equal_records(runtime, tmp_path):
-    """max_shard_bytes=40 and 25-byte records: a new shard whenever current + record > 40."""
-    cache, m = _write_one(runtime, tmp_path, "r", [(b"p" * 10, {"a": 1})] * 5, max_shard_bytes=40)
-    assert [s["name"] for s in m["shards"]] == [f"{i:06d}.bin" for i in range(5)]
-    assert _index(cache) == [(i, 0, 25) for i in range(5)]
-
-
-def test_rotation_oversized_record_sits_alone(runtime, tmp_path):
-    sizes = [5, 5, 100, 5, 5]  # records of 20, 20, 115, 20, 20 bytes
-    cache, m = _write_one(runtime, tmp_path, "r", [(b"p" * n, {"a": 1}) for n in sizes], max_shard_bytes=40)
-    assert _index(cache) == [(0, 0, 20), (0, 20, 20), (1, 0, 115), (2, 0, 20), (2, 20, 20)]
-    assert [s["byte_len"] for s in m["shards"]] == [40, 115, 40]
-
-
 @pytest.mark.parametrize("algo", ["none", "lz4", "zstd"])
 def test_manifest_fields_match_files(runtime, tmp_path, algo):
     items = sample_items(60, tag="m")
-    cache, m = _write_one(runtime, tmp_path, "m", items, algo=algo, max_shard_bytes=3000)
+    cache, m = write_one(runtime, tmp_path, "m", items, algo=algo, max_shard_bytes=3000)
     assert len(m["shards"]) > 2 and m["cache_id"] == _cache_id("m") and m["sample_count"] == 60
     assert m["metadata_sha256"] == hashlib.sha256((cache / "metadata.arrow").read_bytes()).hexdigest()
     assert m["index_sha256"] == hashlib.sha256((cache / "index.bin").read_bytes()).hexdigest()
-    index = _index(cache)
+    index = index_rows(cache)
     for shard_id, shard in enumerate(m["shards"]):
         raw = (cache / "shards" / shard["name"]).read_bytes()
         assert shard["sha256"] == hashlib.sha256(raw).hexdigest()
@@ -401,75 +360,8 @@ def test_manifest_fields_match_files(runtime, tmp_path, algo):
     assert sorted(os.listdir(cache / "shards")) == [s["name"] for s in m["shards"]]
 
 
-def _decode(algo: str, stored: bytes) -> bytes:
-    if algo == "lz4":
-        assert int.from_bytes(stored[:4], "little") == len(lz4.block.decompress(stored))
-        return lz4.block.decompress(stored)
-    if algo == "zstd":
-        return zstandard.ZstdDecompressor().decompress(stored)
-    return stored
-
-
-@pytest.mark.parametrize("algo", ["none", "lz4", "zstd"])
-def test_records_decode_with_reference_codecs(runtime, tmp_path, algo):
-    items = sample_items(40, tag="c") + [(b"", {"index": 99, "kept": True, "label": "e", "score": 0.0})]
-    cache, m = _write_one(runtime, tmp_path, "c", items, algo=algo)
-    records = _records(cache)
-    schema = MetadataSchema(items[0][1])
-    for record, (payload, md) in zip(records, items, strict=True):
-        js, stored = _split(record)
-        assert js == schema.encode(md)[0]  # the envelope itself is never compressed
-        assert _decode(algo, stored) == payload
-    if algo == "zstd":
-        assert m["shards"][0]["compression"] == {"algo": "zstd", "ratio": 1.0, "level": 3}
-
-
-def test_lz4_record_is_size_prefixed_block(runtime, tmp_path):
-    cache, _ = _write_one(runtime, tmp_path, "h", [(b"hello", {"a": 1})], algo="lz4")
-    assert _split(_records(cache)[0])[1] == bytes.fromhex("05000000 50 68656c6c6f")
-
-
-def test_checksum_sidecar_holds_xxh3_of_each_record(runtime, tmp_path):
-    cache, m = _write_one(runtime, tmp_path, "x", sample_items(30), algo="lz4", max_shard_bytes=2000)
-    ext = m["datasetrt"]["record_checksums"]
-    sidecar = (cache / ext["file"]).read_bytes()
-    assert ext["algo"] == "xxh3_64" and ext["sha256"] == hashlib.sha256(sidecar).hexdigest()
-    assert np.frombuffer(sidecar, dtype="<u8").tolist() == [xxhash.xxh3_64_intdigest(r) for r in _records(cache)]
-
-
-def test_record_checksums_off_writes_no_sidecar(runtime, tmp_path):
-    cache, m = _write_one(runtime, tmp_path, "x", OK, record_checksums=False)
-    assert "datasetrt" not in m and sorted(os.listdir(cache)) == [
-        "index.bin",
-        "manifest.json",
-        "metadata.arrow",
-        "shards",
-    ]
-
-
 def test_ratio_must_be_one_without_compression(runtime, tmp_path):
     cfg = drt.WriterConfig(show_progress=False, shard_compression=drt.ShardCompression(algo="none", ratio=2))
     with pytest.raises(ValueError, match=re.escape("shard_compression.ratio must be 1.0 when algo is 'none'")):
         runtime.write_cache([Raw("a", OK)], tmp_path / "b", writer_config=cfg)
     assert not (tmp_path / "b").exists()
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-@pytest.mark.parametrize("algo", ["lz4", "zstd"])
-def test_thread_pool_output_is_byte_identical(tmp_path, algo, monkeypatch):
-    """Ordered commit: 3 compression threads and 1 produce the same files, byte for byte."""
-    monkeypatch.setattr(writer, "POOL_MIN_BYTES", 0)  # these small blocks and groups go to the pool too
-    items = sample_items(500, tag="p")
-    trees = []
-    for workers in (1, 3):
-        rt = drt.DatasetRuntime(num_workers=workers)
-        try:
-            _write_one(rt, tmp_path / f"w{workers}", "p", items, algo=algo, max_shard_bytes=8192, prefetch_size=8)
-        finally:
-            rt.close()
-        trees.append(_tree(tmp_path / f"w{workers}" / "p"))
-    assert len([k for k in trees[0] if k.startswith("shards/")]) > 5
-    assert trees[0] == trees[1]

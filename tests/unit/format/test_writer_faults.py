@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import datasetrt as drt
-from datasetrt.format import durable, publish, writer
+from datasetrt.format import durable, publish, shards
 from datasetrt.format.writer import StageProfile, write_sources
 from tests.conftest import QUIET
 from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
@@ -152,13 +152,13 @@ def test_existing_target_is_an_error_and_untouched(runtime, tmp_path, kind):
 
 def test_publish_refuses_a_target_created_after_the_check(runtime, tmp_path, monkeypatch):
     target = tmp_path / "race"
-    original = writer._StagedCache.finish
+    original = shards.StagedCache.finish
 
     def finish_then_race(self):
         original(self)
         target.mkdir()  # another party creates the target between the check and the rename
 
-    monkeypatch.setattr(writer._StagedCache, "finish", finish_then_race)
+    monkeypatch.setattr(shards.StagedCache, "finish", finish_then_race)
     (result,) = runtime.write_cache([Raw("race", OK)], tmp_path, writer_config=QUIET)
     assert result == drt.CacheWriteError("race", f"cache path already exists: {target.absolute()}")
     assert target.is_dir() and os.listdir(target) == []

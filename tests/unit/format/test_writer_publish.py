@@ -187,3 +187,14 @@ def test_concurrent_writers_of_other_names_share_and_remove_the_root(tmp_path, a
     assert statuses == [0, 0]
     assert reports == [["CacheWriteSuccess"] * 60] * 2
     assert sorted(os.listdir(base)) == sorted(names["p"] + names["q"])
+
+
+def test_io_error_messages_name_the_file_the_os_named():
+    """`io_error_message` is `CacheIOError.from_os`'s text (dataset-rt's "I/O error: ... (os error N)")."""
+    assert publish.io_error_message(OSError(errno.ENOSPC, "No space left on device", "/b/tmp/c/x")) == (
+        "I/O error: No space left on device (os error 28): /b/tmp/c/x"
+    )
+    assert (
+        publish.io_error_message(OSError(errno.EIO, "Input/output error"))
+        == "I/O error: Input/output error (os error 5)"
+    )

@@ -7,15 +7,18 @@ Readers here use a private `DescriptorBudget` with a small limit (the same class
 
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import os
+import resource
 import threading
 
 import numpy as np
 import pytest
 
 import datasetrt as drt
+from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, default_limit
 from datasetrt.runtime.local import LocalReader
@@ -231,3 +234,29 @@ def test_threads_reading_at_once_stay_within_the_budget(handles):
     assert peak[0] <= 6 + 4 * widest and budget.open_count == 0
     for r in (reference, *reference_for.values()):
         r.close()
+
+
+@pytest.mark.parametrize("number", [errno.EMFILE, errno.ENOENT])
+def test_a_shard_that_cannot_be_opened_is_an_io_error_with_its_errno_and_path(handles, monkeypatch, number):
+    """Out of descriptors (after giving every unpinned one back), the message says why and what to raise."""
+    budget = DescriptorBudget(limit=3)
+    reader = LocalReader(handles, budget=budget)
+
+    def failing(path):
+        raise OSError(number, os.strerror(number), path)
+
+    monkeypatch.setattr(budget, "_open_file", failing)
+    with pytest.raises(CacheIOError) as info:
+        reader.read_chunk(*rows_of(0))
+    error = info.value
+    assert error.errno == number and error.path.endswith("shards/000000.bin")
+    text = f"I/O error: {os.strerror(number)} (os error {number}): {error.path}"
+    if number == errno.EMFILE:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        text += (
+            f" (RLIMIT_NOFILE soft limit {soft}; datasetrt keeps at most 3 shard files open and had 0: "
+            "the rest of the program holds the others; raise `ulimit -n`)"
+        )
+    assert str(error) == text
+    reader.close()
+    assert budget.open_count == 0

@@ -3,6 +3,7 @@ socket, as the pool and the workers use them."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import multiprocess as mp
 import pytest
 
+from datasetrt.errors import ResourceLimitError
 from datasetrt.runtime.shm import attach_shared_memory, create_shared_memory, recv_fd, send_fd
 
 SIZE = 3 * 4096 + 100
@@ -82,3 +84,16 @@ def test_recv_fd_raises_eof_when_the_sender_is_gone(channel):
     parent_end.close()
     with pytest.raises(EOFError):
         recv_fd(worker_end)
+
+
+def test_memory_that_cannot_be_reserved_is_a_resource_limit_naming_the_os_error(monkeypatch):
+    def no_space(fd, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    with pytest.raises(ResourceLimitError) as info:
+        create_shared_memory("unit-ring", 3 << 20)
+    assert str(info.value) == (
+        "cannot reserve 3.0 MiB of shared memory for the reader's unit-ring: "
+        "No space left on device (os error 28); lower prefetch_size / num_workers"
+    )

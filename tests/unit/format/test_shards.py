@@ -1,8 +1,9 @@
-"""Writer groups (writer.py "Shard bytes"): records reach the shard in ~1 MiB groups; large records
-go to the file with writev and are hashed in place (no joined record), small ones are joined per
-group; groups are written on the runtime's pool or inline, with writeback hints. Whatever the path,
-the files must be the record-by-record layout byte for byte: checked against a reference built
-here, against dataset-rt 0.4.8, and between 1 and 2 workers.
+"""Staged shards (shards.py): records reach the shard in ~1 MiB groups; large records go to the
+file with writev and are hashed in place (no joined record), small ones are joined per group;
+groups are written on the runtime's pool or inline, with writeback hints; rotation at
+max_shard_bytes and the checksum sidecar. Whatever the path, the files must be the
+record-by-record layout byte for byte: checked against a reference built here, against
+dataset-rt 0.4.8, and between 1 and 2 workers.
 """
 
 from __future__ import annotations
@@ -19,13 +20,21 @@ import xxhash
 
 import datasetrt as drt
 from datasetrt._native import codec
-from datasetrt.format import writer
+from datasetrt.format import shards as shards_mod
 from datasetrt.format.envelope import MetadataSchema
 from datasetrt.values.codecs import CODEC_IDS
-from tests.conftest import QUIET
-from tests.unit.format.sources import Raw, assert_big_failed_small_written, write_past_fsize_limit
+from tests.conftest import QUIET, sample_items
+from tests.unit.format.sources import (
+    Raw,
+    assert_big_failed_small_written,
+    cache_records,
+    index_rows,
+    write_one,
+    write_past_fsize_limit,
+)
 
-BIG = writer.LARGE_RECORD_BYTES
+BIG = shards_mod.LARGE_RECORD_BYTES
+OK = [(b"x", {"a": 1})]
 
 
 def _payload(i: int, size: int):
@@ -93,7 +102,7 @@ PATHS = {"default": None, "record-groups-in-place": (1, 0, 1), "block-groups-joi
 def test_groups_match_the_record_by_record_layout(tmp_path, monkeypatch, path, workers, algo, max_shard, prefetch):
     if PATHS[path] is not None:
         for name, value in zip(("GROUP_BYTES", "LARGE_RECORD_BYTES", "WRITEBACK_BYTES"), PATHS[path]):
-            monkeypatch.setattr(writer, name, value)
+            monkeypatch.setattr(shards_mod, name, value)
     items = _items(90)
     cache = _write(tmp_path, items, workers, algo=algo, max_shard_bytes=max_shard, prefetch_size=prefetch)
     shards, index, sums = _reference(items, algo, max_shard)
@@ -144,7 +153,7 @@ def test_writev_all_resumes_partial_writes_and_splits_past_iov_max(tmp_path, mon
 
     def stingy(fd, buffers):  # at most 1000 bytes per call, often mid-buffer
         calls.append(len(buffers))
-        assert len(buffers) <= writer._IOV_MAX
+        assert len(buffers) <= shards_mod._IOV_MAX
         budget, out = 1000, []
         for b in buffers:
             if budget <= 0:
@@ -153,11 +162,11 @@ def test_writev_all_resumes_partial_writes_and_splits_past_iov_max(tmp_path, mon
             budget -= len(out[-1])
         return real(fd, out)
 
-    monkeypatch.setattr(writer.os, "writev", stingy)
+    monkeypatch.setattr(shards_mod.os, "writev", stingy)
     chunks = [bytes([i % 256]) * (i % 13) for i in range(3000)]  # empty buffers included
     path = tmp_path / "out"
     with open(path, "wb", buffering=0) as f:
-        writer._writev_all(f.fileno(), chunks)
+        shards_mod.writev_all(f.fileno(), chunks)
     assert path.read_bytes() == b"".join(chunks)
     assert len(calls) > len(b"".join(chunks)) // 1000
     assert chunks[5] == bytes([5]) * 5  # the caller's list is not modified
@@ -166,7 +175,7 @@ def test_writev_all_resumes_partial_writes_and_splits_past_iov_max(tmp_path, mon
 def test_cache_written_through_partial_writes_is_unchanged(tmp_path, monkeypatch):
     items = _items(40)
     real = os.writev
-    monkeypatch.setattr(writer.os, "writev", lambda fd, bufs: real(fd, [memoryview(bufs[0])[:4097], *bufs[1:2]]))
+    monkeypatch.setattr(shards_mod.os, "writev", lambda fd, bufs: real(fd, [memoryview(bufs[0])[:4097], *bufs[1:2]]))
     cache = _write(tmp_path, items, 2, max_shard_bytes=900_000)
     assert _shard_files(cache) == _reference(items, "none", 900_000)[0]
 
@@ -189,11 +198,11 @@ def test_start_writeback_is_only_a_hint(tmp_path):
     path = tmp_path / "f"
     with open(path, "wb", buffering=0) as f:
         f.write(b"x" * 10_000)
-        writer.start_writeback(f.fileno(), 0, 10_000)
-        writer.start_writeback(f.fileno(), 0, 0)
+        shards_mod.start_writeback(f.fileno(), 0, 10_000)
+        shards_mod.start_writeback(f.fileno(), 0, 0)
     r, w = os.pipe()
     try:
-        writer.start_writeback(w, 0, 100)  # ESPIPE is ignored: the closing fsync reports real errors
+        shards_mod.start_writeback(w, 0, 100)  # ESPIPE is ignored: the closing fsync reports real errors
     finally:
         os.close(r)
         os.close(w)
@@ -230,3 +239,38 @@ def test_write_error_on_the_pool_is_an_io_error_value(tmp_path):
     items = [(bytes([i % 251]) * (100 * 1024), {"a": i}) for i in range(200)]
     big, small = write_past_fsize_limit(tmp_path, 1 << 20, 2, items)
     assert_big_failed_small_written(tmp_path, big, small)
+
+
+# -- rotation and the sidecar ------------------------------------------------------------------------
+
+
+def test_rotation_equalrecords(runtime, tmp_path):
+    """max_shard_bytes=40 and 25-byte records: a new shard whenever current + record > 40."""
+    cache, m = write_one(runtime, tmp_path, "r", [(b"p" * 10, {"a": 1})] * 5, max_shard_bytes=40)
+    assert [s["name"] for s in m["shards"]] == [f"{i:06d}.bin" for i in range(5)]
+    assert index_rows(cache) == [(i, 0, 25) for i in range(5)]
+
+
+def test_rotation_oversized_record_sits_alone(runtime, tmp_path):
+    sizes = [5, 5, 100, 5, 5]  # records of 20, 20, 115, 20, 20 bytes
+    cache, m = write_one(runtime, tmp_path, "r", [(b"p" * n, {"a": 1}) for n in sizes], max_shard_bytes=40)
+    assert index_rows(cache) == [(0, 0, 20), (0, 20, 20), (1, 0, 115), (2, 0, 20), (2, 20, 20)]
+    assert [s["byte_len"] for s in m["shards"]] == [40, 115, 40]
+
+
+def test_checksum_sidecar_holds_xxh3_of_each_record(runtime, tmp_path):
+    cache, m = write_one(runtime, tmp_path, "x", sample_items(30), algo="lz4", max_shard_bytes=2000)
+    ext = m["datasetrt"]["record_checksums"]
+    sidecar = (cache / ext["file"]).read_bytes()
+    assert ext["algo"] == "xxh3_64" and ext["sha256"] == hashlib.sha256(sidecar).hexdigest()
+    assert np.frombuffer(sidecar, dtype="<u8").tolist() == [xxhash.xxh3_64_intdigest(r) for r in cache_records(cache)]
+
+
+def test_record_checksums_off_writes_no_sidecar(runtime, tmp_path):
+    cache, m = write_one(runtime, tmp_path, "x", OK, record_checksums=False)
+    assert "datasetrt" not in m and sorted(os.listdir(cache)) == [
+        "index.bin",
+        "manifest.json",
+        "metadata.arrow",
+        "shards",
+    ]
