@@ -70,17 +70,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import (
-    Measurement,
-    datasetrt_pass,
-    exit_on_different_bytes,
-    machine_facts,
-    make_many_caches,
-    open_caches,
-    record_rep,
-    save_json,
-    write_cache,
-)
+from benchmarks.caches import datasetrt_pass, make_many_caches, open_caches, write_cache
+from benchmarks.common import Measurement, exit_on_different_bytes, machine_facts, record_rep, save_json
 from benchmarks.peers import (
     BATCH,
     RUNNERS,
@@ -467,7 +458,7 @@ def run_open(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> dict:
-    from benchmarks.pss import PeakPss
+    from benchmarks.common import PeakPss
 
     with PeakPss() as pss:
         task = spec.get("task", "read")

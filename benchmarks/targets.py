@@ -161,7 +161,7 @@ def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str
 
 def torch_targets(torch_rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Per start method: samples/s medians over passes 2.. and first batch, as benchmarks.loader.summarize."""
-    from benchmarks.loader import summarize
+    from benchmarks.report import summarize
 
     s = {k: v for k, v in summarize(torch_rows).items() if v["rate"] is not None}
     configs = sorted({c for c, _ in s})

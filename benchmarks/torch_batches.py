@@ -39,8 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.loader import contender_child, summarize
+from benchmarks.common import child_figures
 from benchmarks.peers import BATCH, Digest
+from benchmarks.report import summarize
 from benchmarks.stream_peers import (
     LITDATA,
     STREAMING,
@@ -119,7 +120,7 @@ def _loader(spec: dict):
 
 def run_child(spec: dict) -> dict:
     """One contender and start method in this fresh process: `passes` passes over the loader."""
-    from benchmarks.pss import PeakPss
+    from benchmarks.common import PeakPss
 
     result: dict = {
         "pass_s": [],
@@ -188,7 +189,7 @@ def bench(wl: dict, mode: str, stream_peers: bool, failures: list[str], timeout_
                         "cache": wl["caches"]["none"],
                         "store": store.get("path"),
                     }
-                    r = contender_child(spec, timeout_s, module="benchmarks.torch_batches")
+                    r = child_figures("benchmarks.torch_batches", spec, timeout_s)
                 config = f"K={TORCH_WORKERS} {method}"
                 row = {"config": config, "contender": contender, "repeat": rep, **r}
                 if "error" not in r:
