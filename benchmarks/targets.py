@@ -8,7 +8,7 @@ returns them); runs nothing, imports no library under test.
 
 Every ratio is a ratio of medians taken in the same run, except the two "vs baseline" targets,
 which compare with figures recorded from an earlier run (`--save-baseline`; by default
-benchmarks/issue11-baseline.json), keyed by workload, codec, order and contender but not record
+benchmarks/targets-baseline.json), keyed by workload, codec, order and contender but not record
 count, so a baseline of another mode still applies (noted in the report). A target whose rows are
 absent (e.g. `to_torch_batches` before it exists) is "not measured".
 
@@ -40,7 +40,7 @@ from benchmarks.suite import (
     TTD,
 )
 
-DEFAULT_BASELINE = Path(__file__).resolve().parent / "issue11-baseline.json"
+DEFAULT_BASELINE = Path(__file__).resolve().parent / "targets-baseline.json"
 # The compact table's header; its words are what docs/benchmarks.md's tables and the suite's
 # smoke test look for.
 HEADER = "| issue 11 target | measured (ratio of medians) | rows met | verdict |"
@@ -245,7 +245,7 @@ def load_baseline(path: Path | None, mode: str) -> tuple[dict | None, str]:
     return doc, note
 
 
-def issue11_tables(doc: dict) -> str:
+def detail_tables(doc: dict) -> str:
     """Markdown of the rows behind the targets in a suite JSON: the int32[512] read rows,
     datasetrt with 2 reader workers vs in-process (samples/s and CPU per GiB), Streaming and LitData
     beside datasetrt and loaderx on the byte workloads, and the torch end to end."""
@@ -292,7 +292,7 @@ def main() -> None:
     print(f"{TITLE} ({note})\n")
     print(render(read_targets(doc["rows"], baseline) + torch_targets(doc.get("torch_rows") or [])))
     print()
-    print(issue11_tables(doc))
+    print(detail_tables(doc))
 
 
 if __name__ == "__main__":
