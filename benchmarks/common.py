@@ -1,7 +1,11 @@
-"""Shared benchmark plumbing: deterministic workloads, repeat-and-median timing, ratio tables.
+"""Measuring plumbing every benchmark shares: medians and repeats, per-repeat figures, output
+digests, tree PSS, the fresh child process a contender runs in, ratio tables and the JSON record.
 
-Speed figures are ratios measured in the same process run against the peers; nothing here asserts
-a speed. Medians over repeats, with min and max, because the machine is shared and noisy.
+Boundary: imports no library under test (no datasetrt, dataset-rt or peer), so a peer's child
+process holds only its own library; the heavier standard modules (subprocess, threading, hashlib)
+load inside the functions that need them. Nothing here asserts a speed: figures are ratios
+measured in the same run against the peers, medians over repeats with min and max, because the
+machine is shared and noisy.
 """
 
 from __future__ import annotations
@@ -13,9 +17,20 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: every child process runs from here
+DATASET_RT = "dataset-rt 0.4.8"  # the peer every benchmark measures against, as its rows name it
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def median(xs) -> float | None:
+    """Median of `xs`, None when it is empty."""
+    return statistics.median(xs) if xs else None
 
 
 @dataclass
@@ -48,88 +63,231 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-class PayloadSource:
-    """A CacheSource of `count` payloads of `payload_bytes` each, content (position u64, index u64)
-    repeated, as dataset-rt's own benchmark; metadata {benchmark_position: int, wide: str}."""
-
-    def __init__(self, name: str, count: int, payload_bytes: int, make_input: Callable) -> None:
-        self.name = name
-        self.count = count
-        self.payload_bytes = payload_bytes
-        self.make_input = make_input
-
-    def __iter__(self):
-        reps = self.payload_bytes // 16 + 1
-        for i in range(self.count):
-            payload = ((i).to_bytes(8, "little") + (i * 7919).to_bytes(8, "little")) * reps
-            yield self.make_input(payload[: self.payload_bytes], {"benchmark_position": i, "wide": f"w{i % 97:04d}"})
-
-
-def write_cache(lib, runtime, base: Path, source, algo: str, typed: dict | None = None) -> Path:
-    """`runtime.write_cache([source], base)` with `algo` shard compression and no progress bar;
-    `lib` is datasetrt or dataset_rt (same API shape). Returns the written cache's path.
-    `typed` ({"dtype": "<i4", "shape": [512]}) records `WriterConfig(payload_spec=PayloadSpec(...))`
-    when `lib` has PayloadSpec (datasetrt with typed payloads, issue 11); otherwise it is ignored
-    and the cache holds the same bytes untyped."""
-    spec = (
-        {"payload_spec": lib.PayloadSpec(typed["dtype"], tuple(typed["shape"]))}
-        if typed and hasattr(lib, "PayloadSpec")
-        else {}
-    )
-    cfg = lib.WriterConfig(show_progress=False, shard_compression=lib.ShardCompression(algo=algo), **spec)
-    [result] = runtime.write_cache([source], base, writer_config=cfg)
-    assert isinstance(result, lib.CacheWriteSuccess), result
-    return Path(result.path)
+def new_result() -> dict:
+    """The figure dict of one read contender's child: per-repeat rates / mib / p95_batch_ms,
+    first_sample_s, the output digests, plus `note` / `error` text."""
+    return {
+        "rates": [],
+        "mib": [],
+        "p95_batch_ms": [],
+        "first_sample_s": None,
+        "digest": None,
+        "multiset": None,
+        "count": 0,
+        "note": "",
+        "error": None,
+    }
 
 
-def write_once(lib, base: Path, count: int, payload_bytes: int, algo: str, name: str = "bench") -> Path:
-    """A one-thread runtime (`num_workers=1`) writing a PayloadSource of `count` x `payload_bytes`."""
-    return write_cache(
-        lib, lib.DatasetRuntime(num_workers=1), base, PayloadSource(name, count, payload_bytes, lib.CacheInput), algo
-    )
+def p95_ms(t0: float, stamps: list[float]) -> float | None:
+    """95th percentile of the gaps between consecutive batch timestamps (first gap from t0), ms."""
+    gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
+    if not gaps:
+        return None
+    return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
 
 
-def make_many_caches(workdir: Path, how_many: int) -> list[Path]:
-    """`how_many` valid caches under `workdir/many` (named c00000, c00001, ...): hard links of one
-    small cache's files (8 records of 64 bytes), each with its own manifest (source_name and v3
-    cache_id rewritten), so ids are distinct and every directory is a real cache."""
-    import datasetrt
-    import datasetrt.format.layout
-
-    seed = write_once(datasetrt, workdir / "seed", 8, 64, "none", name="seed")
-    manifest = json.loads((seed / "manifest.json").read_text())
-    base = workdir / "many"
-    base.mkdir()
-    paths = []
-    for i in range(how_many):
-        name = f"c{i:05d}"
-        d = base / name
-        (d / "shards").mkdir(parents=True)
-        for rel in (
-            "index.bin",
-            "metadata.arrow",
-            "checksums.xxh3",
-            *(f"shards/{s['name']}" for s in manifest["shards"]),
-        ):
-            os.link(seed / rel, d / rel)
-        doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
-        (d / "manifest.json").write_text(json.dumps(doc, indent=2))
-        paths.append(d)
-    return paths
+def record_rep(
+    result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]
+) -> None:
+    """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
+    if rep > 0 or repeats == 1:
+        result["rates"].append(n / dt)
+        result["mib"].append(nbytes / 2**20 / dt)
+        p = p95_ms(t0, stamps)
+        if p is not None:
+            result["p95_batch_ms"].append(p)
 
 
-def open_caches(lib, runtime, paths: list[Path]) -> int:
-    """Open one dataset over `paths` (seed 1, no shuffle) and return its length: with a runtime,
-    `runtime.cached_dataset(paths, ...)`; with `runtime=None` (datasetrt only; dataset-rt always
-    needs a runtime), `CachedDataset(paths, ..., runtime=None)`. datasetrt builds the dataset the
-    same way in both cases; its workers start only at the first parallel read."""
-    cfg = lib.ReaderConfig(seed=1)
-    ds = (
-        lib.CachedDataset(paths, reader_config=cfg, runtime=None)
-        if runtime is None
-        else runtime.cached_dataset(paths, reader_config=cfg)
-    )
-    return len(ds)
+class Digest:
+    """Ordered digest (sha256 over length-prefixed payloads in delivery order) and an order-free
+    multiset digest (sum of per-payload 128-bit blake2b values mod 2**128, plus the count)."""
+
+    def __init__(self) -> None:
+        import hashlib
+
+        self._blake2b = hashlib.blake2b
+        self.h = hashlib.sha256()
+        self.acc = 0
+        self.count = 0
+
+    def add(self, payload) -> None:
+        mv = memoryview(payload).cast("B")
+        self.h.update(len(mv).to_bytes(8, "little"))
+        self.h.update(mv)
+        self.acc = (self.acc + int.from_bytes(self._blake2b(mv, digest_size=16).digest(), "little")) % (1 << 128)
+        self.count += 1
+
+    def result(self) -> dict:
+        return {"digest": self.h.hexdigest(), "multiset": f"{self.count}:{self.acc:032x}", "count": self.count}
+
+    @classmethod
+    def of(cls, payloads: Iterable) -> dict:
+        """result() of the digests of `payloads`, in order."""
+        d = cls()
+        for p in payloads:
+            d.add(p)
+        return d.result()
+
+
+# ---------------------------------------------------------------------------- memory: tree PSS
+
+
+def _pss_tool():
+    """datasetrt/cli/pss.py (the `datasetrt pss` sampler), executed from its file as a standalone
+    module. Importing it as `datasetrt.cli.pss` would run `datasetrt/__init__.py` and
+    `datasetrt/cli/__init__.py` (the whole console command) first, putting datasetrt's modules into
+    every measured process, the peers' too; the file itself needs only psutil and the standard
+    library. Loaded once per process."""
+    name = "_datasetrt_cli_pss"
+    if name not in sys.modules:
+        import importlib.util
+
+        package = importlib.util.find_spec("datasetrt")  # a top-level spec: finds, does not import
+        if package is None or not package.submodule_search_locations:
+            raise ImportError("benchmarks need the datasetrt package (its PSS sampler) on the path")
+        path = Path(next(iter(package.submodule_search_locations))) / "cli" / "pss.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def tree_pss_bytes(root=None) -> int:
+    """Sum of PSS over psutil.Process `root` (default: this process) and all its live descendants,
+    in bytes (datasetrt.cli.pss.sample_tree: psutil memory_full_info of each)."""
+    import psutil
+
+    return sum(r["pss"] for r in _pss_tool().sample_tree(root or psutil.Process(), {}))
+
+
+class PeakPss:
+    """Samples tree PSS (tree_pss_bytes of `root`, default this process) every `interval_s` in a
+    background thread from `with` to its end; `peak` and `last` in bytes."""
+
+    def __init__(self, interval_s: float = 0.05, root=None) -> None:
+        import threading
+
+        import psutil
+
+        self.interval_s = interval_s
+        self.root = root or psutil.Process()
+        self.peak = 0
+        self.last = 0
+        self._sample_tree = _pss_tool().sample_tree
+        self._names: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> int:
+        value = sum(r["pss"] for r in self._sample_tree(self.root, self._names))
+        self.last = value
+        self.peak = max(self.peak, value)
+        return value
+
+    def __enter__(self) -> PeakPss:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+# ---------------------------------------------------------------------------- child processes
+
+
+@dataclass
+class Child:
+    """How one child process ended: `figures` is the last stdout line that is a JSON object (what
+    a `--child` entry point prints), None when there is none."""
+
+    figures: dict | None
+    returncode: int
+    stderr: str
+    timed_out: bool
+    timeout_s: float | None = None
+    peak_pss_bytes: int | None = None
+
+    def tail(self, lines: int = 2, chars: int = 300) -> str:
+        """The last `lines` non-empty stderr lines, joined, at most `chars` characters."""
+        kept = [ln.strip() for ln in self.stderr.strip().splitlines() if ln.strip()]
+        return " / ".join(kept[-lines:])[-chars:] or "(no stderr)"
+
+    def failure(self, lines: int = 2) -> str | None:
+        """'timed out after N s: ...' or 'exit N: ...' (stderr tail), None for a clean run."""
+        if self.timed_out:
+            return f"timed out after {self.timeout_s:.0f} s: {self.tail(lines)}"
+        if self.returncode != 0 or self.figures is None:
+            return f"exit {self.returncode}: {self.tail(lines)}"
+        return None
+
+
+def child_process(args: list[str], timeout_s: float | None = None, peak_pss: bool = False) -> Child:
+    """Run `python ARGS` (this interpreter) in a fresh process, from the checkout root, in its own
+    session, and wait for it to exit (its output goes to temporary files, so a descendant that
+    keeps them open cannot stall the wait). On the timeout, or any exception here (Ctrl-C
+    included), the whole session is killed (SIGKILL: the child and its workers, nothing else)
+    before the child is reaped. With `peak_pss` the child's process tree is sampled from this
+    process (PeakPss, every 50 ms) while it runs, so this process's memory is not in the figure."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, *args], stdout=out, stderr=err, text=True, cwd=ROOT, start_new_session=True
+        )
+        sampler = None
+        timed_out = False
+        try:
+            if peak_pss:
+                import psutil
+
+                sampler = PeakPss(root=psutil.Process(proc.pid)).__enter__()
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_session(proc.pid)
+                proc.wait()
+        except BaseException:
+            _kill_session(proc.pid)
+            proc.wait()
+            raise
+        finally:
+            if sampler is not None:
+                sampler.__exit__(None, None, None)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    figures = None
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            figures = json.loads(line)
+            break
+    peak = sampler.peak if sampler is not None else None
+    return Child(figures, proc.returncode, stderr, timed_out, timeout_s, peak)
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL every process of the session `pid` leads (child_process's child and its workers)."""
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # the whole session has already exited
+        pass
+
+
+# ---------------------------------------------------------------------------- reports
 
 
 def machine_facts() -> dict:
@@ -188,53 +346,13 @@ def exit_on_different_bytes(failures: list[str]) -> None:
     print("\nall contenders produced the same bytes")
 
 
-def p95_ms(t0: float, stamps: list[float]) -> float | None:
-    """95th percentile of the gaps between consecutive batch timestamps (first gap from t0), ms."""
-    gaps = [b - a for a, b in zip([t0, *stamps], stamps)]
-    if not gaps:
-        return None
-    return 1e3 * (statistics.quantiles(gaps, n=20)[-1] if len(gaps) > 1 else gaps[0])
-
-
-def record_rep(
-    result: dict, rep: int, repeats: int, n: int, nbytes: int, dt: float, t0: float, stamps: list[float]
-) -> None:
-    """Repeat 0 also computes the digests, so it is timed only when it is the only repeat."""
-    if rep > 0 or repeats == 1:
-        result["rates"].append(n / dt)
-        result["mib"].append(nbytes / 2**20 / dt)
-        p = p95_ms(t0, stamps)
-        if p is not None:
-            result["p95_batch_ms"].append(p)
-
-
-def datasetrt_pass(ds, batches: bool, batch: int, on_sample=None) -> tuple[int, int, float, list[float], float | None]:
-    """One window of a datasetrt (or dataset-rt) dataset: per-sample (`iter(ds)`) or
-    `ds.iter_batches(batch)`. Returns (samples, payload bytes, t0, a timestamp per `batch`
-    samples, time of the first sample). `on_sample(data, cache_id, sample_id)` sees every sample
-    in order when given (for digests)."""
-    n = nbytes = 0
-    stamps: list[float] = []
-    first_at = None
-    t0 = time.perf_counter()
-    if batches:
-        for b in ds.iter_batches(batch, with_metadata=True):
-            if first_at is None:
-                first_at = time.perf_counter()
-            n += len(b)
-            nbytes += len(b.data)
-            stamps.append(time.perf_counter())
-            if on_sample is not None:
-                for i in range(len(b)):
-                    on_sample(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
-    else:
-        for sample in ds:
-            if first_at is None:
-                first_at = time.perf_counter()
-            n += 1
-            nbytes += len(sample.data)
-            if n % batch == 0:
-                stamps.append(time.perf_counter())
-            if on_sample is not None:
-                on_sample(sample.data, sample.cache_id, sample.sample_id)
-    return n, nbytes, t0, stamps, first_at
+def child_figures(module: str, spec: dict, timeout_s: float) -> dict:
+    """`python -m MODULE --child SPEC` (child_process); its figures, or {"error": text} when it timed
+    out or printed none. A child that printed its figures and then exited non-zero (e.g. an abort
+    at teardown) keeps its figures, with the exit noted in "exit_note"."""
+    child = child_process(["-m", module, "--child", json.dumps(spec)], timeout_s=timeout_s)
+    if child.timed_out or child.figures is None:
+        return {"error": child.failure()}
+    if child.returncode != 0:
+        child.figures["exit_note"] = f"exit {child.returncode} after its figures: {child.tail()}"
+    return child.figures

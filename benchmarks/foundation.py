@@ -24,19 +24,10 @@ from pathlib import Path
 import dataset_rt
 
 import datasetrt
-from benchmarks.common import (
-    Measurement,
-    machine_facts,
-    make_many_caches,
-    open_caches,
-    ratio_table,
-    repeat,
-    save_json,
-    timed,
-    write_once,
-)
+from benchmarks.caches import make_many_caches, open_caches, write_once
+from benchmarks.common import DATASET_RT, Measurement, machine_facts, ratio_table, repeat, save_json, timed
 
-LIBS = {"datasetrt": datasetrt, "dataset-rt 0.4.8": dataset_rt}
+LIBS = {"datasetrt": datasetrt, DATASET_RT: dataset_rt}
 OURS = "datasetrt"
 
 

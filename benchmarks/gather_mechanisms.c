@@ -1,4 +1,4 @@
-/* How the batch gather should read uncompressed records (issue 11; docs/architecture.md, "Batches").
+/* How the batch gather should read uncompressed records (docs/architecture.md, "Batches").
  *
  * Writes a shard of n records (u64 json_len | 40-byte JSON | payload) to /tmp/zcbench/shard.bin,
  * then reads it as batches of 256 with each mechanism, payloads back to back in one buffer:

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 import datasetrt
-from benchmarks.common import Measurement, machine_facts, repeat, save_json, timed, write_once
+from benchmarks.caches import write_once
+from benchmarks.common import Measurement, machine_facts, repeat, save_json, timed
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ and dataset-rt: True with workers; torch: False). The datasets are built on
 Figures per contender and configuration, each measured in its own fresh subprocess (repeated
 `--repeats` times, interleaved): samples/s of passes 2.. (median over passes and repeats; pass 1
 reported apart), time to first batch (from before the loader is built: includes worker start-up),
-loader construction time, and peak PSS of the process tree (benchmarks.pss.PeakPss, from before
+loader construction time, and peak PSS of the process tree (benchmarks.common.PeakPss, from before
 importing torch and the library). The measuring process runs torch with one intra-op thread (as
 torch does in DataLoader workers): with the default two, collating and stacking in the main process
 (K=0) swing 10-30x when other processes load the machine (OpenMP spin-waits). Every pass's batches are reduced to (cache_id, sample_id,
@@ -29,17 +29,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
-import signal
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import Measurement, PayloadSource, machine_facts, save_json
+from benchmarks.caches import PayloadSource, rt_lib
+from benchmarks.common import DATASET_RT, Measurement, PeakPss, child_figures, machine_facts, save_json
+from benchmarks.report import summarize
 
 BATCH = 64
 PAYLOAD = 4096
@@ -48,10 +45,8 @@ SEED = 11
 RUNTIME_WORKERS = 2
 DATASETRT = "datasetrt"
 DATASETRT_INPROC = "datasetrt (runtime=None)"
-DATASET_RT = "dataset-rt 0.4.8"
 PLAIN = "torch DataLoader + memmap"
 CONFIGS = [(0, None), (1, "fork"), (1, "spawn"), (2, "fork"), (2, "spawn")]
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,8 +114,7 @@ class MemmapRecords:
 
 
 def run_child(spec: dict) -> dict:
-    from benchmarks.pss import PeakPss
-
+    """One contender and configuration in this fresh process: `passes` passes over its loader."""
     contender, workers, method, passes = spec["contender"], spec["workers"], spec["method"], spec["passes"]
     result: dict = {"pass_s": [], "pass_n": [], "ordered": [], "multiset": [], "head": []}
     with PeakPss() as pss:
@@ -145,10 +139,7 @@ def run_child(spec: dict) -> dict:
                 multiprocessing_context=method if workers else None,
             )
         else:
-            if contender == DATASET_RT:
-                import dataset_rt as lib
-            else:
-                import datasetrt as lib
+            lib = rt_lib(contender)
             cfg = lib.ReaderConfig(seed=SEED, shuffle=False)
             t_open = time.perf_counter()
             if contender == DATASETRT_INPROC:
@@ -192,41 +183,6 @@ def run_child(spec: dict) -> dict:
         result["teardown_s"] = time.perf_counter() - t_close
     result["peak_pss_mib"] = pss.peak / 2**20
     return result
-
-
-def contender_child(spec: dict, timeout_s: float, module: str = "benchmarks.loader") -> dict:
-    """Run one child (`python -m <module> --child SPEC`); its figures, or {"error": text}. A child
-    that printed its figures and then exited non-zero (e.g. an abort at teardown) keeps its
-    figures, with the exit noted."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, "--child", json.dumps(spec)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # this child's own session: it and its workers only
-        out, err = proc.communicate()
-        return {"error": f"timed out after {timeout_s:.0f} s: {_tail(err)}"}
-    figures = None
-    for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
-            figures = json.loads(line)
-            break
-    if figures is None:
-        return {"error": f"exit {proc.returncode}: {_tail(err)}"}
-    if proc.returncode != 0:
-        figures["exit_note"] = f"exit {proc.returncode} after its figures: {_tail(err)}"
-    return figures
-
-
-def _tail(err: str) -> str:
-    lines = [ln.strip() for ln in err.strip().splitlines() if ln.strip()]
-    return " / ".join(lines[-2:])[-300:] or "(no stderr)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,43 +233,6 @@ def _fmt_s(s: float | None) -> str:
 
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Per (config, contender): medians over repeats; failures kept as text."""
-    out: dict = {}
-    for r in rows:
-        key = (r["config"], r["contender"])
-        s = out.setdefault(
-            key,
-            {
-                "config": r["config"],
-                "contender": r["contender"],
-                "rates": [],
-                "first_pass_rates": [],
-                "first_batch_s": [],
-                "build_s": [],
-                "pss_mib": [],
-                "errors": [],
-                "notes": [],
-            },
-        )
-        if "error" in r:
-            s["errors"].append(r["error"])
-            continue
-        rates = [n / t for n, t in zip(r["pass_n"], r["pass_s"])]
-        s["first_pass_rates"].append(rates[0])
-        s["rates"].extend(rates[1:] if len(rates) > 1 else rates)
-        s["first_batch_s"].append(r["first_batch_s"])
-        s["build_s"].append(r["build_s"])
-        s["pss_mib"].append(r["peak_pss_mib"])
-        if "exit_note" in r:
-            s["notes"].append(r["exit_note"])
-    for s in out.values():
-        med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-        s["rate"], s["first_pass_rate"] = med(s["rates"]), med(s["first_pass_rates"])
-        s["first_batch"], s["build"], s["pss"] = med(s["first_batch_s"]), med(s["build_s"]), med(s["pss_mib"])
-    return out
 
 
 def check_outputs(rows: list[dict], count: int) -> dict:
@@ -416,7 +335,7 @@ def main() -> None:
                         "offsets": str(offsets_path),
                         "cache_id": cache_id,
                     }
-                    r = contender_child(spec, timeout_s)
+                    r = child_figures("benchmarks.loader", spec, timeout_s)
                     rows.append({"config": config, "contender": contender, "repeat": rep, **r})
                     if "error" in r:
                         print(f"[{rep}] {config:10} {contender:26} FAILED: {r['error']}", flush=True)

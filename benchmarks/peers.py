@@ -1,19 +1,21 @@
-"""Peer contenders for benchmarks.run: loaderx, a torch DataLoader over numpy memmap files, and the
-physical limits (memmap copy of the same bytes from the page cache, raw pread loop per record).
+"""The suite's peer read contenders: loaderx, a torch DataLoader over numpy memmap files, and the
+physical limits (memmap copy of the same bytes from the page cache, raw pread loop per record,
+numpy memmap gather of typed rows).
 
 Every workload also exists as a flat file of the same payloads: `payloads.bin` (payloads
 concatenated in write order) and `offsets.npy` (int64, N+1 byte offsets). The torch contender and
 the limits read those (uncompressed) bytes; loaderx reads its own store built from the same payloads.
 
 Each `run_*` function runs inside a fresh contender subprocess and returns the same figure dict as
-benchmarks.run's datasetrt child: rates, mib, p95_batch_ms, first_sample_s, digest (ordered),
-multiset, count, plus `note` / `error` text. A failing peer API call is reported as `error`, never
-raised, so one peer cannot crash the suite.
+the datasetrt contenders (benchmarks.cache_reads): rates, mib, p95_batch_ms, first_sample_s,
+digest (ordered), multiset, count, plus `note` / `error` text. A failing peer API call is
+reported as `error`, never raised, so one peer cannot crash the suite.
+
+Boundary: never imports datasetrt; reads the flat file, the plan's .npy and loaderx stores only.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import traceback
@@ -21,43 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import record_rep
-
-BATCH = 256
-
-
-class Digest:
-    """Ordered digest (sha256 over length-prefixed payloads in delivery order) and an order-free
-    multiset digest (sum of per-payload 128-bit blake2b values mod 2**128, plus the count)."""
-
-    def __init__(self) -> None:
-        self.h = hashlib.sha256()
-        self.acc = 0
-        self.count = 0
-
-    def add(self, payload) -> None:
-        mv = memoryview(payload).cast("B")
-        self.h.update(len(mv).to_bytes(8, "little"))
-        self.h.update(mv)
-        self.acc = (self.acc + int.from_bytes(hashlib.blake2b(mv, digest_size=16).digest(), "little")) % (1 << 128)
-        self.count += 1
-
-    def result(self) -> dict:
-        return {"digest": self.h.hexdigest(), "multiset": f"{self.count}:{self.acc:032x}", "count": self.count}
-
-
-def new_result() -> dict:
-    return {
-        "rates": [],
-        "mib": [],
-        "p95_batch_ms": [],
-        "first_sample_s": None,
-        "digest": None,
-        "multiset": None,
-        "count": 0,
-        "note": "",
-        "error": None,
-    }
+from benchmarks.common import Digest, new_result, record_rep
+from benchmarks.suite import BATCH, LOADERX, MEMMAP_COPY, PREAD, TORCH_MEMMAP
 
 
 def load_flat(flat: str) -> tuple[Path, np.ndarray]:
@@ -67,7 +34,7 @@ def load_flat(flat: str) -> tuple[Path, np.ndarray]:
 
 def plan(spec: dict, count: int) -> np.ndarray:
     """Read order: datasetrt's own sample order for this run (`spec["order"]`, an .npy of sample ids
-    that benchmarks.run records from datasetrt itself), else write order."""
+    that benchmarks.workloads records from datasetrt itself), else write order."""
     return np.load(spec["order"]) if spec.get("order") else np.arange(count)
 
 
@@ -346,9 +313,4 @@ def run_loaderx(spec: dict) -> dict:
     return result
 
 
-RUNNERS = {
-    "loaderx": run_loaderx,
-    "torch DataLoader (memmap)": run_torch,
-    "memmap copy (limit)": run_memmap_copy,
-    "pread per record (limit)": run_pread_loop,
-}
+RUNNERS = {LOADERX: run_loaderx, TORCH_MEMMAP: run_torch, MEMMAP_COPY: run_memmap_copy, PREAD: run_pread_loop}

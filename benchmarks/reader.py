@@ -17,26 +17,23 @@ import hashlib
 import json
 import os
 import shutil
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.caches import PayloadSource, datasetrt_pass, rt_lib
 from benchmarks.common import (
+    DATASET_RT,
     Measurement,
-    PayloadSource,
-    datasetrt_pass,
+    PeakPss,
+    child_process,
     machine_facts,
+    median,
     ratio_table,
     record_rep,
     save_json,
 )
-
-BATCH = 256
-PREFETCH = 1024
-SEED = 11
+from benchmarks.suite import BATCH, PREFETCH, SEED
 
 
 def _digest_update(h, data: bytes, cache_id: int, sample_id: int) -> None:
@@ -46,8 +43,6 @@ def _digest_update(h, data: bytes, cache_id: int, sample_id: int) -> None:
 
 def run_child(spec: dict) -> dict:
     """Measure one contender in this (fresh) process; returns figures and an output digest."""
-    from benchmarks.pss import PeakPss
-
     contender, paths, workers, shuffle, repeats = (
         spec[k] for k in ("contender", "paths", "workers", "shuffle", "repeats")
     )
@@ -69,10 +64,7 @@ def run_child(spec: dict) -> dict:
             result["digest"] = None
             result["peak_pss_mib"] = pss.peak / 2**20
             return result
-        if contender.startswith("dataset-rt"):
-            import dataset_rt as lib
-        else:
-            import datasetrt as lib
+        lib = rt_lib(contender)
         cfg = lib.ReaderConfig(seed=SEED, shuffle=shuffle, prefetch_size=PREFETCH)
         start = time.perf_counter()
         if contender == "datasetrt in-process":
@@ -111,16 +103,11 @@ def write_workload(base: Path, name: str, count: int, payload_bytes: int, algo: 
 
 
 def contender_child(spec: dict) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.reader", "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{spec['contender']} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One contender in a fresh `python -m benchmarks.reader --child SPEC`; raises when it fails."""
+    child = child_process(["-m", "benchmarks.reader", "--child", json.dumps(spec)])
+    if child.returncode != 0 or child.figures is None:
+        raise RuntimeError(f"{spec['contender']} failed:\n{child.stderr[-3000:]}")
+    return child.figures
 
 
 def main() -> None:
@@ -154,7 +141,7 @@ def main() -> None:
                     workload = f"{payload_bytes // 1024} KiB x {count} {algo} {'shuffled' if shuffle else 'ordered'}"
                     contenders = ["datasetrt", "datasetrt batches", "datasetrt in-process"]
                     if algo != "zstd":
-                        contenders.append("dataset-rt 0.4.8")
+                        contenders.append(DATASET_RT)
                     if algo == "none" and not shuffle:
                         contenders += ["datasetrt (fork)", "page-cache pread (limit)"]
                     digests = {}
@@ -179,9 +166,9 @@ def main() -> None:
                             }
                         )
                         print(
-                            f"{workload:32} {contender:26} {statistics.median(r['rates']):>12,.0f} samples/s "
-                            f"{statistics.median(r['mib']):>8,.0f} MiB/s  p95 batch "
-                            f"{statistics.median(r['p95_batch_ms']) if r['p95_batch_ms'] else 0:7.2f} ms  first "
+                            f"{workload:32} {contender:26} {median(r['rates']):>12,.0f} samples/s "
+                            f"{median(r['mib']):>8,.0f} MiB/s  p95 batch "
+                            f"{median(r['p95_batch_ms']) or 0:7.2f} ms  first "
                             f"{(r['first_sample_s'] or 0) * 1e3:8.1f} ms  peak PSS {r['peak_pss_mib']:7.0f} MiB",
                             flush=True,
                         )

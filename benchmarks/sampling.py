@@ -10,7 +10,7 @@ Then reads (`--reads`, on by default; `--smoke` reads only, tiny): samples per s
 with dataset-rt's shuffled draws, `ReaderConfig(sampling="permutation")` and a 3-stream mixture
 (`ds.set_mixture`, 0.5 / 0.3 / 0.2 by cache), per sample (`iter(ds)`) and in batches of 256
 (`iter_batches`), in-process and with 2 reader workers (started before timing). The last column
-is draws / contender: the issue 13 target is >= 0.9x of draws' rate, i.e. <= 1.11 there. The
+is draws / contender: the target is >= 0.9x of draws' rate, i.e. <= 1.11 there. The
 orders take turns within each repeat; a second table gives the parent's CPU time per sample.
 
 Usage: python -m benchmarks.sampling [--quick | --smoke] [--repeats R] [--rows N] [--no-reads]
@@ -28,17 +28,8 @@ from pathlib import Path
 import numpy as np
 
 import datasetrt as drt
-from benchmarks.common import (
-    Measurement,
-    PayloadSource,
-    datasetrt_pass,
-    machine_facts,
-    ratio_table,
-    repeat,
-    save_json,
-    timed,
-    write_cache,
-)
+from benchmarks.caches import PayloadSource, datasetrt_pass, write_cache
+from benchmarks.common import Measurement, machine_facts, ratio_table, repeat, save_json, timed
 from datasetrt.sampling import (
     Curriculum,
     CurriculumPlan,

@@ -3,7 +3,7 @@
 with 2 workers.
 
 Each measured conversion runs in a fresh child interpreter (this file with --child), sampled with
-benchmarks.pss.tree_pss_bytes on the child's process tree every 50 ms (for Ray: the driver, raylet, GCS and workers all
+benchmarks.common.PeakPss on the child's process tree every 50 ms (for Ray: the driver, raylet, GCS and workers all
 descend from the child), so imports and earlier runs do not leak into the figures. Inputs are
 generated a row group / batch at a time (never whole in memory). Records: 1-7 KiB binary payloads
 (hex text in JSON Lines), an int label and a string tag.
@@ -17,20 +17,16 @@ import argparse
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.compute
 import pyarrow.parquet as pq
 
-from benchmarks.common import Measurement, machine_facts, save_json
-from benchmarks.pss import tree_pss_bytes
+from benchmarks.common import Measurement, child_process, machine_facts, save_json
 
 MIB = 2**20
 ROWS_PER_CHUNK = 2048  # rows per generated row group / record batch / JSON chunk (~8 MiB)
@@ -117,41 +113,14 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_child(input_path: Path, out: Path, ray_workers: int = 0, rows_per_cache: int = 0) -> tuple[dict, int]:
-    """(child's JSON, peak tree PSS bytes of the child and its descendants)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.sources",
-        "--child",
-        "--input",
-        str(input_path),
-        "--out-dir",
-        str(out),
-        "--ray-workers",
-        str(ray_workers),
-        "--rows-per-cache",
-        str(rows_per_cache),
-    ]
-    log = out.with_name(out.name + ".log")
-    with open(log, "w+") as err, tempfile.TemporaryFile("w+") as result:
-        proc = subprocess.Popen(cmd, stdout=result, stderr=err, text=True)
-        root = psutil.Process(proc.pid)
-        peak = 0
-        while True:
-            try:
-                peak = max(peak, tree_pss_bytes(root))
-            except psutil.NoSuchProcess:  # the child is gone between two looks
-                pass
-            try:
-                proc.wait(timeout=0.05)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        if proc.returncode != 0:
-            err.seek(0)
-            raise RuntimeError(f"child failed ({proc.returncode}): {err.read()[-3000:]}")
-        result.seek(0)
-        return json.loads(result.read().strip().splitlines()[-1]), peak
+    """(child's JSON, peak tree PSS bytes of the child and its descendants, sampled from here)."""
+    args = ["-m", "benchmarks.sources", "--child", "--input", str(input_path), "--out-dir", str(out)]
+    child = child_process(
+        [*args, "--ray-workers", str(ray_workers), "--rows-per-cache", str(rows_per_cache)], peak_pss=True
+    )
+    if child.returncode != 0 or child.figures is None:
+        raise RuntimeError(f"child failed ({child.returncode}): {child.stderr[-3000:]}")
+    return child.figures, child.peak_pss_bytes
 
 
 def main() -> None:

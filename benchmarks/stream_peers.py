@@ -1,7 +1,7 @@
 """MosaicML Streaming and LitData as benchmark contenders: building their local stores from the
 suite's flat payload file, and reading them back through their documented torch loaders.
 
-Boundary: knows the suite's flat file (benchmarks.peers: `payloads.bin` + `offsets.npy`) and the
+Boundary: knows the suite's flat file (benchmarks.workloads: `payloads.bin` + `offsets.npy`) and the
 child figure dict, never datasetrt. Both libraries are optional (the `bench` extra); a missing one
 is reported as the row's error, never raised.
 
@@ -49,10 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.peers import BATCH, batch_passes, count_rows, load_flat, new_result
+from benchmarks.common import new_result
+from benchmarks.peers import batch_passes, count_rows, load_flat
+from benchmarks.suite import BATCH, LITDATA, STREAMING
 
-STREAMING = "MosaicML Streaming"
-LITDATA = "LitData"
 SHARD_BYTES = 1 << 26  # 64 MiB shards / chunks on both sides
 INSTALL_HINT = "the bench extra: pip install mosaicml-streaming litdata torch==2.13.0"
 

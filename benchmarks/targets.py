@@ -1,5 +1,6 @@
-"""Issue 11's performance targets, evaluated on one benchmarks.run result: a compact table
-(target, measured ratio, rows met, verdict) and the baseline file the relative targets compare to.
+"""The suite's performance targets, evaluated on one benchmarks.run result: a compact table
+(target, measured ratio, rows met, verdict), the detail tables behind them, and the baseline file
+the relative targets compare to.
 
 Boundary: pure functions over the suite's row dicts (read rows: workload / base / algo /
 contender / rates / cpu_*_s_per_gib / peak_pss_mib / error; torch rows as benchmarks.torch_batches
@@ -7,33 +8,43 @@ returns them); runs nothing, imports no library under test.
 
 Every ratio is a ratio of medians taken in the same run, except the two "vs baseline" targets,
 which compare with figures recorded from an earlier run (`--save-baseline`; by default
-benchmarks/issue11-baseline.json), keyed by workload, codec, order and contender but not record
+benchmarks/targets-baseline.json), keyed by workload, codec, order and contender but not record
 count, so a baseline of another mode still applies (noted in the report). A target whose rows are
 absent (e.g. `to_torch_batches` before it exists) is "not measured".
+
+Usage: python -m benchmarks.targets bench-out/suite.json [--baseline FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
-OURS, BATCHES, TO_NUMPY = "datasetrt", "datasetrt batches", "datasetrt batches .to_numpy()"
-BATCHES_INPROC = "datasetrt batches in-process"
-LOADERX, PREAD, GATHER = "loaderx", "pread per record (limit)", "numpy memmap gather (limit)"
-STREAMING, LITDATA = "MosaicML Streaming", "LitData"
-TTD, TTB, TTBR = (
-    "datasetrt to_torch_dataloader",
-    "datasetrt to_torch_batches",
-    "datasetrt to_torch_batches, reader workers",
+from benchmarks.common import median
+from benchmarks.report import read_table, summarize, torch_table
+from benchmarks.suite import (
+    BATCHES,
+    BATCHES_INPROC,
+    GATHER,
+    INPROC,
+    LITDATA,
+    LOADERX,
+    OURS,
+    PREAD,
+    STREAMING,
+    TO_NUMPY,
+    TOKENS512,
+    TTB,
+    TTBR,
+    TTD,
 )
-TOKENS512 = "int32[512]"
-DEFAULT_BASELINE = Path(__file__).resolve().parent / "issue11-baseline.json"
 
-
-def _med(xs) -> float | None:
-    return statistics.median(xs) if xs else None
+DEFAULT_BASELINE = Path(__file__).resolve().parent / "targets-baseline.json"
+# The compact table's header; its words are what docs/benchmarks.md's tables and the suite's
+# smoke test look for.
+HEADER = "| issue 11 target | measured (ratio of medians) | rows met | verdict |"
+TITLE = "issue 11 targets"
 
 
 def _row_key(r: dict) -> str:
@@ -77,14 +88,14 @@ def _ratios(
     for wl, cs in _by_workload(rows).items():
         n = num_pick(cs) if num_pick else num
         if n in cs and den in cs and where(wl, cs):
-            out.append((wl, _med(cs[n]["rates"]) / _med(cs[den]["rates"])))
+            out.append((wl, median(cs[n]["rates"]) / median(cs[den]["rates"])))
     return out
 
 
 def _best_ours(cs: dict[str, dict]) -> str:
     """The fastest datasetrt path with reader workers in this row (per-sample, batches, to_numpy)."""
     ours = [c for c in (OURS, BATCHES, TO_NUMPY) if c in cs]
-    return max(ours, key=lambda c: _med(cs[c]["rates"]))
+    return max(ours, key=lambda c: median(cs[c]["rates"]))
 
 
 def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str, str, str]]:
@@ -149,7 +160,7 @@ def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str
             key = _row_key(r) if r["contender"] != TO_NUMPY else _row_key({**r, "contender": BATCHES})
             b = baseline["rows"].get(key)
             if b and r.get("cpu_parent_s_per_gib") and b.get("cpu_parent_s_per_gib"):
-                cpu.append((key, _med(r["cpu_parent_s_per_gib"]) / b["cpu_parent_s_per_gib"]))
+                cpu.append((key, median(r["cpu_parent_s_per_gib"]) / b["cpu_parent_s_per_gib"]))
             if b and r.get("peak_pss_mib") and b.get("peak_pss_mib"):
                 pss.append((key, r["peak_pss_mib"] / b["peak_pss_mib"]))
     lines.append(
@@ -160,9 +171,7 @@ def read_targets(rows: list[dict], baseline: dict | None) -> list[tuple[str, str
 
 
 def torch_targets(torch_rows: list[dict]) -> list[tuple[str, str, str, str]]:
-    """Per start method: samples/s medians over passes 2.. and first batch, as benchmarks.loader.summarize."""
-    from benchmarks.loader import summarize
-
+    """Per start method: samples/s medians over passes 2.. and first batch (report.summarize)."""
     s = {k: v for k, v in summarize(torch_rows).items() if v["rate"] is not None}
     configs = sorted({c for c, _ in s})
 
@@ -206,7 +215,7 @@ def torch_targets(torch_rows: list[dict]) -> list[tuple[str, str, str, str]]:
 
 
 def render(lines: list[tuple[str, str, str, str]]) -> str:
-    out = ["| issue 11 target | measured (ratio of medians) | rows met | verdict |", "|---|---|---:|---|"]
+    out = [HEADER, "|---|---|---:|---|"]
     out += [f"| {t} | {m} | {n} | {v} |" for t, m, n, v in lines]
     return "\n".join(out)
 
@@ -218,8 +227,8 @@ def baseline_of(rows: list[dict], mode: str) -> dict:
     for r in rows:
         if not r.get("error") and r["contender"] in (OURS, BATCHES, TO_NUMPY):
             out[_row_key(r)] = {
-                "cpu_parent_s_per_gib": _med(r.get("cpu_parent_s_per_gib") or []),
-                "cpu_workers_s_per_gib": _med(r.get("cpu_workers_s_per_gib") or []),
+                "cpu_parent_s_per_gib": median(r.get("cpu_parent_s_per_gib") or []),
+                "cpu_workers_s_per_gib": median(r.get("cpu_workers_s_per_gib") or []),
                 "peak_pss_mib": r.get("peak_pss_mib"),
             }
     return {"mode": mode, "rows": out}
@@ -236,18 +245,15 @@ def load_baseline(path: Path | None, mode: str) -> tuple[dict | None, str]:
     return doc, note
 
 
-def issue11_tables(doc: dict) -> str:
-    """Markdown of a suite JSON's issue 11 rows: the int32[512] read rows, datasetrt with 2 reader
-    workers vs in-process (samples/s and CPU per GiB), Streaming and LitData beside datasetrt and
-    loaderx on the byte workloads, and the torch end to end."""
-    from benchmarks.run import table
-    from benchmarks.torch_batches import table as torch_table
-
+def detail_tables(doc: dict) -> str:
+    """Markdown of the rows behind the targets in a suite JSON: the int32[512] read rows,
+    datasetrt with 2 reader workers vs in-process (samples/s and CPU per GiB), Streaming and LitData
+    beside datasetrt and loaderx on the byte workloads, and the torch end to end."""
     rows = doc["rows"]
     out = [
         "### int32[512] read rows",
         "",
-        table([r for r in rows if r["base"] == TOKENS512]),
+        read_table([r for r in rows if r["base"] == TOKENS512]),
         "",
         "### datasetrt: 2 reader workers vs in-process, CPU per GiB",
         "",
@@ -256,20 +262,20 @@ def issue11_tables(doc: dict) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for wl, cs in _by_workload(rows).items():
-        for path, w, ip in (("per-sample", OURS, "datasetrt in-process"), ("batches", BATCHES, BATCHES_INPROC)):
+        for path, w, ip in (("per-sample", OURS, INPROC), ("batches", BATCHES, BATCHES_INPROC)):
             if w in cs and ip in cs:
                 a, b = cs[w], cs[ip]
                 out.append(
-                    f"| {wl} | {path} | {_med(a['rates']):,.0f} | {_med(b['rates']):,.0f} | "
-                    f"{_med(a['rates']) / _med(b['rates']):.2f}x | {_med(a['cpu_parent_s_per_gib']):.2f} | "
-                    f"{_med(a['cpu_workers_s_per_gib']):.2f} | {_med(b['cpu_parent_s_per_gib']):.2f} |"
+                    f"| {wl} | {path} | {median(a['rates']):,.0f} | {median(b['rates']):,.0f} | "
+                    f"{median(a['rates']) / median(b['rates']):.2f}x | {median(a['cpu_parent_s_per_gib']):.2f} | "
+                    f"{median(a['cpu_workers_s_per_gib']):.2f} | {median(b['cpu_parent_s_per_gib']):.2f} |"
                 )
     keep = (OURS, BATCHES, LOADERX, STREAMING, LITDATA)
     out += [
         "",
         "### MosaicML Streaming and LitData beside datasetrt and loaderx (byte workloads)",
         "",
-        table([r for r in rows if r["base"] != TOKENS512 and r["contender"] in keep]),
+        read_table([r for r in rows if r["base"] != TOKENS512 and r["contender"] in keep]),
     ]
     if doc.get("torch_rows"):
         out += ["", "### torch end to end", "", torch_table(doc["torch_rows"])]
@@ -277,16 +283,16 @@ def issue11_tables(doc: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Issue 11's targets and tables from a benchmarks.run JSON")
+    parser = argparse.ArgumentParser(description="The suite's targets and their tables from a benchmarks.run JSON")
     parser.add_argument("suite_json", type=Path, help="e.g. bench-out/suite.json")
     parser.add_argument("--baseline", type=Path, default=DEFAULT_BASELINE)
     args = parser.parse_args()
     doc = json.loads(args.suite_json.read_text())
     baseline, note = load_baseline(args.baseline, doc["mode"])
-    print(f"issue 11 targets ({note})\n")
+    print(f"{TITLE} ({note})\n")
     print(render(read_targets(doc["rows"], baseline) + torch_targets(doc.get("torch_rows") or [])))
     print()
-    print(issue11_tables(doc))
+    print(detail_tables(doc))
 
 
 if __name__ == "__main__":

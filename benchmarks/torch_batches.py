@@ -1,8 +1,8 @@
-"""Torch end to end for issue 11: int32[512] token records to `[256, 512]` int32 tensors through
-each library's torch path with 2 torch workers, fork and spawn.
+"""Torch end to end: int32[512] token records to `[256, 512]` int32 tensors through each
+library's torch path with 2 torch workers, fork and spawn.
 
-Boundary: measures and checks; knows the suite's workload dict (benchmarks.run.prepare) but
-builds no store itself. Streaming / LitData rows need the `bench` extra; `to_torch_batches` is
+Boundary: measures and checks; knows the suite's workload dict (benchmarks.workloads.prepare) but
+builds no store itself (except when run alone, through that function). Streaming / LitData rows need the `bench` extra; `to_torch_batches` is
 measured only when `CachedDataset` has it (no placeholder row otherwise).
 
 Contenders (each configuration in a fresh process, `torch.set_num_threads(1)` as in DataLoader
@@ -39,29 +39,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.loader import contender_child, summarize
-from benchmarks.peers import BATCH, Digest
+from benchmarks.common import Digest, PeakPss, child_figures, exit_on_different_bytes, machine_facts
+from benchmarks.report import summarize, torch_table
 from benchmarks.stream_peers import (
-    LITDATA,
-    STREAMING,
     import_library,
     install_streaming_package,
     litdata_loader,
     streaming_loader,
 )
+from benchmarks.suite import BATCH, LITDATA, SEED, STREAMING, TOKENS512, TTB, TTBR, TTD
 
 install_streaming_package()  # a spawned DataLoader worker imports this module before unpickling a StreamingDataset
 
-TTD = "datasetrt to_torch_dataloader"
-TTB = "datasetrt to_torch_batches"
-TTBR = "datasetrt to_torch_batches, reader workers"
 TORCH_WORKERS = 2
-SEED = 11
 METHODS = {"smoke": ("fork",), "quick": ("fork", "spawn"), "full": ("fork", "spawn")}
 PASSES = {"smoke": 1, "quick": 3, "full": 4}
 REPEATS = {"smoke": 1, "quick": 1, "full": 2}
 COUNTS = {"smoke": 1024, "quick": 8192, "full": 32768}
-ROW = {"dtype": "<i4", "shape": [512]}
 
 
 def token_transform(sample):
@@ -119,8 +113,6 @@ def _loader(spec: dict):
 
 def run_child(spec: dict) -> dict:
     """One contender and start method in this fresh process: `passes` passes over the loader."""
-    from benchmarks.pss import PeakPss
-
     result: dict = {
         "pass_s": [],
         "pass_n": [],
@@ -171,7 +163,7 @@ def run_child(spec: dict) -> dict:
 
 
 def bench(wl: dict, mode: str, stream_peers: bool, failures: list[str], timeout_s: float = 600) -> list[dict]:
-    """Every contender x start method on a prepared int32[512] workload (benchmarks.run.prepare,
+    """Every contender x start method on a prepared int32[512] workload (benchmarks.workloads.prepare,
     raw codec); prints one line per run; byte mismatches go to `failures`."""
     rows: list[dict] = []
     for rep in range(REPEATS[mode]):
@@ -188,7 +180,7 @@ def bench(wl: dict, mode: str, stream_peers: bool, failures: list[str], timeout_
                         "cache": wl["caches"]["none"],
                         "store": store.get("path"),
                     }
-                    r = contender_child(spec, timeout_s, module="benchmarks.torch_batches")
+                    r = child_figures("benchmarks.torch_batches", spec, timeout_s)
                 config = f"K={TORCH_WORKERS} {method}"
                 row = {"config": config, "contender": contender, "repeat": rep, **r}
                 if "error" not in r:
@@ -217,32 +209,6 @@ def bench(wl: dict, mode: str, stream_peers: bool, failures: list[str], timeout_
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """Markdown: per config and contender, samples/s (median over passes 2.. and repeats), pass 1,
-    first batch, PSS, and each ratio to `to_torch_dataloader` in the same config."""
-    summary = summarize(rows)
-    lines = [
-        "| config | contender | samples/s (median) | min - max | pass 1 samples/s | first batch | peak tree PSS "
-        "| samples/s vs to_torch_dataloader | bytes |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    checks = {(r["config"], r["contender"]): r.get("check", "not compared") for r in rows}
-    for (config, contender), s in summary.items():
-        if s["rate"] is None:
-            lines.append(
-                f"| {config} | {contender} | **failed**: {'; '.join(dict.fromkeys(s['errors']))} | | | | | | |"
-            )
-            continue
-        base = summary.get((config, TTD), {}).get("rate")
-        ratio = f"{s['rate'] / base:.2f}x" if base else "-"
-        lines.append(
-            f"| {config} | {contender} | {s['rate']:,.0f} | {min(s['rates']):,.0f} - {max(s['rates']):,.0f} | "
-            f"{s['first_pass_rate']:,.0f} | {s['first_batch'] * 1e3:,.0f} ms | {s['pss']:,.0f} MiB | {ratio} | "
-            f"{checks[(config, contender)]} |"
-        )
-    return "\n".join(lines)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
@@ -255,8 +221,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_child(json.loads(args.child))), flush=True)
         return
-    from benchmarks.common import exit_on_different_bytes, machine_facts
-    from benchmarks.run import prepare
+    from benchmarks.workloads import prepare
 
     mode = args.mode or "quick"
     stream_peers = mode != "smoke" if args.stream_peers is None else args.stream_peers
@@ -264,7 +229,7 @@ def main() -> None:
     failures: list[str] = []
     started = time.perf_counter()
     try:
-        wl = prepare(workdir, "int32[512]", "tok512", 2048, COUNTS[mode], ["none"], 2, stream_peers)
+        wl = prepare(workdir, TOKENS512, "tok512", 2048, COUNTS[mode], ["none"], 2, stream_peers)
         rows = bench(wl, mode, stream_peers, failures)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -272,7 +237,7 @@ def main() -> None:
         f"\nmachine: {machine_facts()}; {COUNTS[mode]:,} int32[512] records, batch {BATCH}, "
         f"wall {time.perf_counter() - started:.0f} s\n"
     )
-    print(table(rows))
+    print(torch_table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(

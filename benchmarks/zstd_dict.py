@@ -1,4 +1,4 @@
-"""zstd_dict benchmark (issue 14): compression ratio and read samples/s of datasetrt's zstd_dict
+"""zstd_dict benchmark: compression ratio and read samples/s of datasetrt's zstd_dict
 against its zstd and lz4 (and none), beside loaderx's zstd and zstd_dict on the same records, in
 one run.
 
@@ -38,10 +38,8 @@ No speed is asserted. Usage:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -49,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 import datasetrt as drt
-from benchmarks.common import machine_facts
+from benchmarks.common import Digest, exit_on_different_bytes, machine_facts, median
 
 SEED = 14
 BATCH = 256
@@ -129,16 +127,12 @@ class Source:
 
 
 def digest(chunks) -> str:
-    h = hashlib.sha256()
-    for c in chunks:
-        mv = memoryview(c).cast("B")
-        h.update(len(mv).to_bytes(8, "little"))
-        h.update(mv)
-    return h.hexdigest()
+    """Ordered digest of `chunks` (common.Digest: sha256 over length-prefixed payloads)."""
+    return Digest.of(chunks)["digest"]
 
 
 def _summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "values": values}
+    return {"median": median(values), "min": min(values), "max": max(values), "values": values}
 
 
 # -- datasetrt -------------------------------------------------------------------------------------
@@ -379,10 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(
             json.dumps({"machine": machine_facts(), "mode": mode, "counts": counts, "rows": rows}, indent=2)
         )
-    if failures:
-        print("\nDIFFERENT BYTES:\n" + "\n".join(failures))
-        return 1
-    print("\nall contenders produced the same bytes")
+    exit_on_different_bytes(failures)  # exits 1 when any differ
     return 0
 
 

@@ -1,6 +1,6 @@
 """Smoke test of the benchmark suite: `python -m benchmarks.run --smoke` exits 0, every read and
 write contender produced datasetrt's bytes, the write, open and torch sections printed a row for
-each contender, and the issue 11 targets table was printed. No speed is asserted. (--smoke, not
+each contender, and the targets table was printed. No speed is asserted. (--smoke, not
 --quick: --quick overran 300 s while other test runs loaded the 2 vCPU machine; measured under
 that load, old --quick 906 s wall / 144 s CPU, this test 788 s / 115 s; 277 s / 107 s with less
 load. MosaicML Streaming and

@@ -31,7 +31,7 @@ psutil = pytest.importorskip("psutil")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
 import datasetrt as drt  # noqa: E402
-from benchmarks.pss import PeakPss, tree_pss_bytes  # noqa: E402
+from benchmarks.common import PeakPss, tree_pss_bytes  # noqa: E402
 from datasetrt.format.layout import cache_id_for  # noqa: E402
 
 pytestmark = [
