@@ -134,24 +134,13 @@ class Digest:
 
 
 def _pss_tool():
-    """datasetrt/cli/pss.py (the `datasetrt pss` sampler), executed from its file as a standalone
-    module. Importing it as `datasetrt.cli.pss` would run `datasetrt/__init__.py` and
-    `datasetrt/cli/__init__.py` (the whole console command) first, putting datasetrt's modules into
-    every measured process, the peers' too; the file itself needs only psutil and the standard
-    library. Loaded once per process."""
-    name = "_datasetrt_cli_pss"
-    if name not in sys.modules:
-        import importlib.util
+    """datasetrt/cli/pss.py, the `datasetrt pss` sampler. Its import loads only the package's
+    errors module besides psutil and the standard library (datasetrt/__init__.py and
+    datasetrt/cli/__init__.py export lazily), so measured processes, the peers' too, carry
+    nothing else of datasetrt."""
+    from datasetrt.cli import pss
 
-        package = importlib.util.find_spec("datasetrt")  # a top-level spec: finds, does not import
-        if package is None or not package.submodule_search_locations:
-            raise ImportError("benchmarks need the datasetrt package (its PSS sampler) on the path")
-        path = Path(next(iter(package.submodule_search_locations))) / "cli" / "pss.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return pss
 
 
 def tree_pss_bytes(root=None) -> int:
