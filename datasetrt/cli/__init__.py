@@ -1,5 +1,5 @@
 """The `datasetrt` console command and its subcommands (layer 7): `main` parses and dispatches
-(`main.py`); `convert` (caches from files), `demo` (the main job), `inspect` (the shallow report)
+(`command.py`); `convert` (caches from files), `demo` (the main job), `inspect` (the shallow report)
 and `pss` (the process-tree memory sampler, which benchmarks import on its own) each own one
 subcommand. `main` loads lazily, so importing a subcommand's module loads only that module.
 
@@ -15,7 +15,8 @@ __all__ = ["main"]
 
 def __getattr__(name: str) -> Any:
     if name == "main":
-        from datasetrt.cli.main import main
+        from datasetrt.cli.command import main
 
+        globals()["main"] = main
         return main
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

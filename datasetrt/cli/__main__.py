@@ -2,6 +2,6 @@
 
 import sys
 
-from datasetrt.cli.main import main
+from datasetrt.cli.command import main
 
 sys.exit(main())
