@@ -96,6 +96,7 @@ CLIENT_KEYS = frozenset(
     )
 )
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "read_timeout": "30s", "timeout": "300s"}
+_ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}
 _SECRET_WORDS = ("key", "secret", "token", "password", "sas", "credential")
 _SECRET_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS_", "AZURE_", "OBJECT_STORE_")
 _MIN_SECRET_LEN = 6  # shorter values ("true", "1") are not credentials and would garble messages
@@ -316,7 +317,16 @@ class ObjectStore:
                 f"object-store caches ({self.location.scheme}:// URLs) require obstore to be installed: {EXTRA_HINT}"
             ) from None
         config: dict[str, Any] = {}
-        client: dict[str, Any] = dict(CLIENT_DEFAULTS)
+        # obstore replaces the environment's client settings (AWS_ALLOW_HTTP, ...) wholesale when
+        # client options are given, so carry them over; the defaults fill only what neither sets.
+        env_prefix = _ENV_PREFIX[self.location.kind]
+        client: dict[str, Any] = {}
+        for key in CLIENT_KEYS:
+            value = os.environ.get(env_prefix + key.upper())
+            if value is not None:
+                client[key] = value
+            elif key in CLIENT_DEFAULTS:
+                client[key] = CLIENT_DEFAULTS[key]
         for key, value in self._options.items():
             low = key.lower()
             if isinstance(value, os.PathLike):

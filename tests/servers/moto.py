@@ -14,7 +14,8 @@ moto's behaviour this project relies on (moto 5.2, checked by tests/storage): Pu
 CompleteMultipartUpload honour `If-None-Match: *` (412 PreconditionFailed when the key exists),
 ranges are served with 206 / 416, and multipart uploads complete. Its conditional check and the
 write are not one atomic step (a threaded server checks, then writes, without a lock), so two
-racing create-only PUTs can both succeed against moto; FaultProxy(serialize_creates=True) makes
+racing create-only PUTs could both succeed against moto (not seen in 60 rounds of 8 racing
+writers, but not excluded by its code); FaultProxy (serialize_creates=True, its default) makes
 them atomic in front of it (see tests/servers/proxy.py).
 """
 

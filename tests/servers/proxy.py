@@ -17,6 +17,11 @@ they were added, first match wins:
   (or the proxy stops); `stall.reached` is set when the K bytes are out. After release the
   connection is cut, or, with `resume=True`, the rest of the body follows.
 
+Create-only PUTs (`If-None-Match: *`) of one key are forwarded one at a time
+(`serialize_creates=True`, the default): moto checks the condition and then writes without a lock,
+so two racing creates could both succeed against it, where S3 makes the check and the write one
+step; the proxy restores S3's guarantee so tests see the client's behaviour, not moto's race.
+
 Every request is recorded (`requests`, `count(...)`) when it arrives: method, bucket, key, query,
 and the Range / If-None-Match headers, so tests can assert "one GET per shard" or "the retry was a
 range request from byte N". `stop()` / `start()` take the proxy down and up on the same port
@@ -165,7 +170,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(payload)
             return
-        status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
+        if record.if_none_match is not None and self.command in ("PUT", "POST") and proxy.serialize_creates:
+            with proxy._create_lock(bucket, key):
+                status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
+        else:
+            status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
         if rule is not None and rule.action == "delay":
             time.sleep(rule.seconds)  # the injected latency itself
         self.send_response(status, reason)
@@ -209,8 +218,10 @@ def _reset(sock: socket.socket) -> None:
 class FaultProxy:
     """See the module docstring. Use as a context manager or call `close()`."""
 
-    def __init__(self, upstream: str, *, port: int = 0) -> None:
+    def __init__(self, upstream: str, *, port: int = 0, serialize_creates: bool = True) -> None:
         parts = urllib.parse.urlsplit(upstream)
+        self.serialize_creates = serialize_creates
+        self._create_locks: dict[tuple[str, str], threading.Lock] = {}
         assert parts.hostname is not None and parts.port is not None, upstream
         self.upstream_host, self.upstream_port = parts.hostname, parts.port
         self._lock = threading.Lock()
@@ -238,7 +249,9 @@ class FaultProxy:
         self._stopping.clear()
         self._server = _Server(self, self.port)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fault-proxy", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -379,6 +392,10 @@ class FaultProxy:
         return len(self.matching(method, key))
 
     # -- forwarding -----------------------------------------------------------------------------
+
+    def _create_lock(self, bucket: str, key: str) -> threading.Lock:
+        with self._lock:
+            return self._create_locks.setdefault((bucket, key), threading.Lock())
 
     def _track(self, sock: socket.socket, *, add: bool) -> None:
         with self._lock:
