@@ -17,15 +17,18 @@ import pytest
 
 from datasetrt.storage.objects import ObjectStore, RetryPolicy
 from datasetrt.storage.urls import parse_remote
-from tests.servers.fixtures import bucket, moto_auth_server, moto_server, proxy_options, s3_env, s3_proxy  # noqa: F401
+from tests.servers.fixtures import *  # noqa: F403  (moto_server, moto_auth_server, s3_proxy, bucket, s3_env)
+from tests.servers.fixtures import proxy_options
 
 FAST = RetryPolicy(attempts=4, budget_s=60.0, initial_backoff_s=0.005, max_backoff_s=0.02)
 DEADLINE_S = 60.0  # hang guard of every bounded wait here
 MiB = 1 << 20
 
 
-def make_store(proxy, bucket: str, prefix: str = "caches/a", *, retry: RetryPolicy = FAST, **options) -> ObjectStore:
-    return ObjectStore(parse_remote(f"s3://{bucket}/{prefix}"), proxy_options(proxy, **options), retry=retry)
+def make_store(
+    proxy, bucket_name: str, prefix: str = "caches/a", *, retry: RetryPolicy = FAST, **options
+) -> ObjectStore:
+    return ObjectStore(parse_remote(f"s3://{bucket_name}/{prefix}"), proxy_options(proxy, **options), retry=retry)
 
 
 def wait_until(predicate, timeout_s: float = DEADLINE_S, what: str = "condition"):
