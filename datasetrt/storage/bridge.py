@@ -28,6 +28,7 @@ import threading
 from typing import Any, BinaryIO
 
 from datasetrt.errors import StorageError
+from datasetrt.storage.secrets import redact
 
 _FRAME = struct.Struct("<Q")
 _BOOT = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); from datasetrt.storage.bridge import serve; serve()"
@@ -160,8 +161,6 @@ def serve() -> None:
             reply: tuple[str, Any] = ("ok", store.run_local(op, args))
         except Exception as exc:
             if not _picklable(exc):
-                from datasetrt.storage.objects import redact
-
                 exc = StorageError(redact(f"{type(exc).__name__}: {exc}", getattr(store, "_secrets", ())))
             reply = ("err", exc)
         _write_frame(outbox, pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))

@@ -63,6 +63,7 @@ from datasetrt.errors import (
     StorageError,
     StorageUnreachableError,
 )
+from datasetrt.storage.secrets import redact, secret_values
 from datasetrt.storage.urls import RemoteLocation, parse_remote, relative_name
 
 EXTRA_HINT = "pip install 'datasetrt[s3]'"
@@ -97,9 +98,6 @@ CLIENT_KEYS = frozenset(
 )
 CLIENT_DEFAULTS = {"connect_timeout": "5s", "read_timeout": "30s", "timeout": "300s"}
 _ENV_PREFIX = {"s3": "AWS_", "gcs": "GOOGLE_", "azure": "AZURE_"}
-_SECRET_WORDS = ("key", "secret", "token", "password", "sas", "credential")
-_SECRET_ENV_PREFIXES = ("AWS_", "GOOGLE_", "GCS_", "AZURE_", "OBJECT_STORE_")
-_MIN_SECRET_LEN = 6  # shorter values ("true", "1") are not credentials and would garble messages
 
 _STATUS_RE = re.compile(r"status code: (\d{3})")
 _RETRIES_RE = re.compile(r"after (\d+) retries")
@@ -155,26 +153,6 @@ class ObjectInfo:
 class PutInfo:
     etag: str | None
     version: str | None
-
-
-def _is_secret_name(name: str) -> bool:
-    low = name.lower()
-    return any(word in low for word in _SECRET_WORDS)
-
-
-def secret_values(storage_options: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> frozenset[str]:
-    """Every credential-like value of `storage_options` and of the environment's store variables."""
-    environ = os.environ if environ is None else environ
-    found = {v for k, v in storage_options.items() if _is_secret_name(str(k)) and isinstance(v, str)}
-    found |= {v for k, v in environ.items() if k.startswith(_SECRET_ENV_PREFIXES) and _is_secret_name(k)}
-    return frozenset(v for v in found if len(v) >= _MIN_SECRET_LEN)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each secret value replaced by ***."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
 
 
 class ObjectStore:

@@ -9,7 +9,8 @@ import traceback
 import pytest
 
 from datasetrt.errors import ConfigError, StorageError
-from datasetrt.storage.objects import ObjectStore, redact, secret_values
+from datasetrt.storage.objects import ObjectStore
+from datasetrt.storage.secrets import redact, secret_values
 from datasetrt.storage.urls import parse_remote
 from tests.servers.moto import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, s3_options
 from tests.servers.proxy import FaultProxy
