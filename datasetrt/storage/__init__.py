@@ -4,6 +4,6 @@ Boundary: file names, sizes and digests; never the bytes' layout (format/) nor t
 Modules: `urls` (parse a cache path into a local Path or a RemoteLocation), `objects` (an
 ObjectStore over one remote location: typed errors, retries, create-only puts, downloads),
 `bridge` (obstore operations of a forked child run in a helper process), `secrets` (credential
-redaction), `node_cache` (verified
-local copies shared by every process on a node). obstore is imported only when a store is built.
+redaction), `node_cache` (verified local copies shared by every process on a node). obstore is
+imported only when a store is built.
 """

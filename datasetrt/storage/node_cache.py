@@ -214,7 +214,7 @@ class NodeCache:
             assert self.limit_bytes is not None
             raise DiskLimitError(
                 f"the local shard cache {self.root} cannot hold {url} ({need} bytes) within its limit of "
-                f"{self.limit_bytes} bytes: {usage} bytes are in use by files other processes hold or fetch",
+                f"{self.limit_bytes} bytes: {usage} bytes stay in use by files that are pinned or being fetched",
                 limit_bytes=self.limit_bytes,
                 need_bytes=need,
             )

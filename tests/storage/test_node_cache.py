@@ -183,6 +183,30 @@ def test_evict_skips_files_another_process_holds(s3_proxy, remote, tmp_path):
     assert NodeCache(tmp_path).usage_bytes() == 0
 
 
+def test_pins_and_evictions_leave_no_descriptor_open(remote, tmp_path):
+    from tests.storage.conftest import open_fds
+
+    store, files = remote
+    cache = NodeCache(tmp_path)
+    mirror = cache.mirror(store)
+    specs = [(name, len(data), sha(data)) for name, data in files.items()]
+    for name, size, digest in specs:
+        mirror.ensure(name, size=size, sha256=digest)
+    before = open_fds()
+    for _ in range(3):
+        for name, size, digest in specs:
+            mirror.ensure(name, size=size, sha256=digest, pin=True)
+            mirror.ensure(name, size=size, sha256=digest, pin=True)
+        assert cache.pinned_count() == len(specs)
+        mirror.unpin(specs[0][0])
+        mirror.unpin(specs[0][0])
+        assert cache.pinned_count() == len(specs) - 1
+        cache.release_all()
+        cache.make_room(1)
+    assert mirror.evict([name for name, _, _ in specs]) == 3 * MiB
+    assert open_fds() == before and cache.pinned_count() == 0
+
+
 def test_install_places_fetched_bytes_atomically_and_verified(remote, tmp_path):
     store, _ = remote
     mirror = NodeCache(tmp_path).mirror(store)

@@ -118,3 +118,15 @@ def test_server_down_then_up_mid_download(s3_proxy, bucket, tmp_path):
     assert target.read_bytes() == data
     resumed = s3_proxy.matching("GET", KEY)[-1]
     assert resumed.range is not None and resumed.range.startswith("bytes=") and resumed.range != "bytes=0-"
+
+
+def test_each_part_of_a_multipart_upload_is_retried_on_its_own(s3_proxy, bucket, tmp_path):
+    store = make_store(s3_proxy, bucket)
+    data = payload(11 * MiB, seed=9)
+    path = tmp_path / "big.bin"
+    path.write_bytes(data)
+    s3_proxy.fail(KEY, status=503, times=FAST.attempts - 1, method="PUT")  # spread over parts, none past its budget
+    store.put(NAME, path, part_bytes=5 * MiB)
+    parts = s3_proxy.matching("PUT", KEY)
+    assert len(parts) == 3 + FAST.attempts - 1  # three parts plus one retry per injected failure
+    assert store.get(NAME, max_bytes=len(data)) == data
