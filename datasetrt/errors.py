@@ -203,3 +203,74 @@ class BatchReleasedError(DatasetRTError, ValueError):
 class LoaderStateError(DatasetRTError, RuntimeError):
     """A torch-side operation at the wrong time or place: load_state_dict after iteration began,
     state_dict away from the owning process, a loader built inside a DataLoader worker."""
+
+
+# --- object storage and the node-local shard cache ----------------------------------------------
+
+
+class StorageError(DatasetRTError, RuntimeError):
+    """An object-store operation failed. `url` is the object's (or prefix's) URL, `operation` the
+    operation ("get", "put", "head", ...), `status` the HTTP status when the store answered one.
+    The message names the operation and the URL; it never holds a credential."""
+
+    def __init__(
+        self, message: str, *, url: str | None = None, operation: str | None = None, status: int | None = None
+    ):
+        super().__init__(message)
+        self.url = url
+        self.operation = operation
+        self.status = status
+
+    def __reduce__(self):  # keep the fields through pickling (and so across processes)
+        return _rebuild_storage_error, (type(self), str(self), self.url, self.operation, self.status)
+
+
+def _rebuild_storage_error(
+    cls: type, message: str, url: str | None, operation: str | None, status: int | None
+) -> StorageError:
+    return cls(message, url=url, operation=operation, status=status)
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object (or its bucket) does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The store refused the credentials (unauthenticated) or the operation (denied)."""
+
+
+class StorageUnreachableError(StorageError, ConnectionError):
+    """The store could not be reached or kept failing: connection refused or reset, timeouts,
+    5xx or throttling answers, bodies cut short, until the retry budget ran out."""
+
+
+class ObjectExistsError(StorageError, FileExistsError):
+    """A create-only put found the object already there: another writer published first."""
+
+
+class ObjectSizeError(StorageError):
+    """An object is larger than the read allows (a bounded read refused it before reading it all)."""
+
+
+class DiskLimitError(ResourceLimitError):
+    """The node-local shard cache cannot hold an object within its configured byte limit, even after
+    evicting every file nobody holds. `limit_bytes` and `need_bytes` say by how much."""
+
+    def __init__(self, message: str, *, limit_bytes: int | None = None, need_bytes: int | None = None):
+        super().__init__(message)
+        self.limit_bytes = limit_bytes
+        self.need_bytes = need_bytes
+
+    def __reduce__(self):
+        return _rebuild_disk_limit_error, (type(self), str(self), self.limit_bytes, self.need_bytes)
+
+
+def _rebuild_disk_limit_error(
+    cls: type, message: str, limit_bytes: int | None, need_bytes: int | None
+) -> DiskLimitError:
+    return cls(message, limit_bytes=limit_bytes, need_bytes=need_bytes)
+
+
+class DiskFullError(CacheIOError):
+    """The file system of the node-local shard cache ran out of space (ENOSPC); `path` is the cache
+    directory and `errno` is ENOSPC."""
