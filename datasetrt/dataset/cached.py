@@ -40,6 +40,7 @@ from datasetrt.errors import (
 )
 from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
+from datasetrt.format.remote import Storage
 from datasetrt.format.results import Err, Ok
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.sampling import orders, populations
@@ -47,6 +48,7 @@ from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
 from datasetrt.sampling.mixture import Mixture
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.sampling.populations import PopulationExport
+from datasetrt.storage.urls import parse_location
 from datasetrt.table.catalog import CacheCatalog
 from datasetrt.values.config import PayloadSpec, ReaderConfig
 from datasetrt.values.records import CachedSample
@@ -78,7 +80,9 @@ def _fresh_locks_after_fork() -> None:
 os.register_at_fork(after_in_child=_fresh_locks_after_fork)
 
 
-def _check_paths(paths: Any) -> list[Path]:
+def _check_paths(paths: Any) -> list[Path | str]:
+    """The cache paths as given: local directories as `Path`s, object-store URLs as their
+    canonical URL strings (never through `Path`, which would mangle `s3://` into `s3:/`)."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         raise ArgumentTypeError("paths must be a sequence of cache directories, not a single path")
     try:
@@ -87,7 +91,11 @@ def _check_paths(paths: Any) -> list[Path]:
         raise ArgumentTypeError(f"paths must be a sequence of cache directories, got {type(paths).__name__}") from None
     if not items:
         raise ConfigError("CachedDataset requires at least one cache path")
-    return [Path(p) for p in items]
+    out: list[Path | str] = []
+    for item in items:
+        location = parse_location(item)
+        out.append(location if isinstance(location, Path) else location.url)
+    return out
 
 
 class CachedDataset:
@@ -103,10 +111,11 @@ class CachedDataset:
     ) -> None:
         if not isinstance(reader_config, ReaderConfig):
             raise ArgumentTypeError(f"reader_config must be a ReaderConfig, got {type(reader_config).__name__}")
-        self.cache_paths: list[Path] = _check_paths(paths)
+        self.cache_paths: list[Path | str] = _check_paths(paths)
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
-        self._handles = [CacheHandle.open(p) for p in self.cache_paths]
+        storage = Storage.of(reader_config.storage) if any(isinstance(p, str) for p in self.cache_paths) else None
+        self._handles = [CacheHandle.open(p, storage) for p in self.cache_paths]
         if reader_config.validate_cache:
             for handle in self._handles:
                 handle.validate_deep()
@@ -114,11 +123,11 @@ class CachedDataset:
         for handle in self._handles[1:]:
             if handle.manifest.metadata_schema != schema:
                 raise CacheFormatError(
-                    f"all caches must share the same metadata schema: {handle.path} differs from {self._handles[0].path}"
+                    f"all caches must share the same metadata schema: {handle.source} differs from {self._handles[0].source}"
                 )
         self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
-        self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [str(h.path) for h in self._handles])
+        self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [h.source for h in self._handles])
         self._tables = DatasetTables(self._catalog, schema, self._handles)
         self._reads = DatasetReads(self._handles, self._catalog.cache_ids, reader_config, self._payload_spec, runtime)
         self._ordering = orders.Ordering(reader_config.sampling, reader_config.window_shards, self._reads.row_shards)

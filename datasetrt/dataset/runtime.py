@@ -19,8 +19,10 @@ from datasetrt.dataset.cached import CachedDataset
 from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
 from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
+from datasetrt.format.remote import Storage
 from datasetrt.format.results import CacheWriteSuccess
 from datasetrt.runtime.pool import WorkerPool
+from datasetrt.storage.urls import parse_location
 from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 
@@ -161,11 +163,14 @@ class DatasetRuntime:
         progress = WriteProgress(items) if writer_config.show_progress and items else None
         start = time.perf_counter_ns()
         profiles: list = []
-        check = _reuse_checker(writer_config) if reuse_existing else None
-        try:
+        location = parse_location(path)
+        storage = None if isinstance(location, Path) else Storage.of(writer_config.storage)
+        check = _reuse_checker(writer_config, storage) if reuse_existing else None
+
+        def write_local(group: list, base: Path) -> list:
             results, _ = write_sources(
-                items,
-                Path(path),
+                group,
+                base,
                 writer_config,
                 pool=self._compression_threads(),
                 progress=progress,
@@ -173,6 +178,18 @@ class DatasetRuntime:
                 check_reused=check,
                 profiles=profiles,
             )
+            return results
+
+        try:
+            if isinstance(location, Path):
+                results = write_local(items, location)
+            else:
+                from datasetrt.format.upload import write_sources_remote  # lazily: object stores
+
+                assert storage is not None
+                results = write_sources_remote(
+                    items, location, storage, write_local, reuse_existing=reuse_existing, check_reused=check
+                )
         finally:
             if progress is not None:
                 progress.close()
@@ -203,10 +220,10 @@ class DatasetRuntime:
         return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
 
 
-def _reuse_checker(writer_config: WriterConfig):
-    def check(name: str, path: Path) -> str | None:
+def _reuse_checker(writer_config: WriterConfig, storage: Storage | None):
+    def check(name: str, path: Path | str) -> str | None:
         try:
-            handle = CacheHandle.open(path)
+            handle = CacheHandle.open(path, storage)
             if handle.manifest.source_name != name:
                 return f"existing cache at {path} belongs to source {handle.manifest.source_name!r}, not {name!r}"
             spec, existing = writer_config.payload_spec, common_payload_spec([handle])

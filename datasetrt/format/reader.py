@@ -30,6 +30,7 @@ from datasetrt.format.layout import (
     SHARDS_DIR,
 )
 from datasetrt.format.manifest import Manifest, read_manifest_stat
+from datasetrt.storage.urls import RemoteLocation, parse_location
 from datasetrt.values.codecs import CODEC_BY_NAME
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
+    from datasetrt.format.remote import RemoteCache, Storage
     from datasetrt.values.config import PayloadSpec
 
 HASH_CHUNK_BYTES = 8 << 20
@@ -71,11 +73,14 @@ class CacheHandle:
     (the prepared dictionary) is built lazily, once per handle.
     """
 
-    __slots__ = ("path", "manifest", "identity", "_index", "_checksums", "_codec_state")
+    __slots__ = ("path", "manifest", "identity", "remote", "_index", "_checksums", "_codec_state")
 
-    def __init__(self, path: Path, manifest: Manifest, identity: tuple = ()) -> None:
+    def __init__(self, path: Path, manifest: Manifest, identity: tuple = (), remote: RemoteCache | None = None) -> None:
         self.path = path
         self.manifest = manifest
+        # A cache at an object-store URL: `path` is its mirror on this node (format/remote.py),
+        # whose shards are fetched when a read first needs them (`shard_path`).
+        self.remote = remote
         # (dev, inode, mtime_ns) of manifest.json and index.bin (and the dictionary, when there is
         # one) as opened: a cache replaced at the same path since then is a different cache (reader
         # workers compare it before reading).
@@ -85,8 +90,23 @@ class CacheHandle:
         self._codec_state: DecodeState | None = None
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> CacheHandle:
-        """Read the manifest and check shapes (no content is read). O(shards) stat calls."""
+    def open(
+        cls, path: str | os.PathLike | RemoteLocation, storage: Storage | None = None, remote: RemoteCache | None = None
+    ) -> CacheHandle:
+        """Read the manifest and check shapes (no content is read). O(shards) stat calls.
+
+        `path` may be an object-store URL (or a `RemoteLocation`): the cache is opened through
+        its mirror on this node (`format.remote.open_remote`, with `storage`), and its shards
+        are checked against the manifest when they are fetched rather than stat'ed here.
+        `remote` reopens a mirror a process already made (a reader worker)."""
+        if remote is None and not isinstance(path, os.PathLike):
+            location = parse_location(path)
+            if isinstance(location, RemoteLocation):
+                from datasetrt.format.remote import open_remote  # lazily: obstore only for URLs
+
+                remote = open_remote(location, storage if storage is not None else _default_storage())
+        if remote is not None:
+            path = remote.mirror_dir
         root = os.fspath(path)
         manifest, manifest_st = read_manifest_stat(root)
         join = os.path.join
@@ -103,6 +123,8 @@ class CacheHandle:
         shards_dir = join(root, SHARDS_DIR)
         for shard in manifest.shards:
             shard_path = join(shards_dir, shard.name)
+            if remote is not None and not os.path.exists(shard_path):
+                continue  # fetched (and checked) when a read first needs it
             if _stat_size(shard_path) != shard.byte_len:
                 raise CacheFormatError(f"shard length mismatch for {shard_path}")
         _stat_size(join(root, METADATA_NAME))
@@ -121,7 +143,7 @@ class CacheHandle:
         if manifest.dictionary is not None:
             _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
             identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
-        return cls(Path(path), manifest, identity)
+        return cls(Path(path), manifest, identity, remote)
 
     @property
     def sample_count(self) -> int:
@@ -143,7 +165,8 @@ class CacheHandle:
     def index_map(self) -> MappedFile:
         """The mapped index.bin (sample_count x 24 bytes) of the cache as opened."""
         if self._index is None:
-            mapped = MappedFile(self.path / INDEX_NAME)
+            index_file = self._local(INDEX_NAME, self.sample_count * INDEX_ROW_BYTES, self.manifest.index_sha256)
+            mapped = MappedFile(index_file)
             if mapped.size != self.sample_count * INDEX_ROW_BYTES:
                 raise CacheFormatError(
                     f"index row count does not match manifest: {self.path / INDEX_NAME} changed on disk"
@@ -157,7 +180,8 @@ class CacheHandle:
         if self.manifest.checksums is None:
             return None
         if self._checksums is None:
-            mapped = MappedFile(self.path / self.manifest.checksums.file)
+            sidecar = self.manifest.checksums
+            mapped = MappedFile(self._local(sidecar.file, self.sample_count * CHECKSUM_ROW_BYTES, sidecar.sha256))
             if mapped.size != self.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {mapped.path}")
             self._check_still_opened()
@@ -189,6 +213,27 @@ class CacheHandle:
     def shard_paths(self) -> list[Path]:
         return [self.path / SHARDS_DIR / s.name for s in self.manifest.shards]
 
+    @property
+    def source(self) -> str:
+        """Where the cache lives, as the user named it: its URL, or its directory."""
+        return self.remote.url if self.remote is not None else str(self.path)
+
+    def shard_path(self, shard: int) -> Path:
+        """The local file of shard `shard`: fetched to the node first for a remote cache."""
+        if self.remote is not None:
+            return self.remote.ensure_shard(self.manifest, shard)
+        return self.path / SHARDS_DIR / self.manifest.shards[shard].name
+
+    def _local(self, name: str, size: int | None, sha256: str) -> Path:
+        """The local file `name` of the cache: for a remote cache, fetched again when the node
+        cache evicted it since open."""
+        path = self.path / name
+        if self.remote is not None and not path.exists():
+            from datasetrt.format.remote import METADATA_MAX_BYTES
+
+            return self.remote.ensure(name, size=size, sha256=sha256, max_bytes=None if size else METADATA_MAX_BYTES)
+        return path
+
     # -- metadata.arrow ---------------------------------------------------------------------
 
     def read_metadata(self, *, validating: bool = False) -> Any:
@@ -211,7 +256,7 @@ class CacheHandle:
 
         arrow_kind = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
         string_types = (pa.string(), pa.large_string(), pa.string_view())
-        path = self.path / METADATA_NAME
+        path = self._local(METADATA_NAME, None, self.manifest.metadata_sha256)
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -269,12 +314,15 @@ class CacheHandle:
         import numpy as np
 
         m = self.manifest
-        _check_sha256(self.path / METADATA_NAME, m.metadata_sha256)
-        _check_sha256(self.path / INDEX_NAME, m.index_sha256)
-        for shard in m.shards:
-            _check_sha256(self.path / SHARDS_DIR / shard.name, shard.sha256)
+        _check_sha256(self._local(METADATA_NAME, None, m.metadata_sha256), m.metadata_sha256)
+        _check_sha256(self._local(INDEX_NAME, m.sample_count * INDEX_ROW_BYTES, m.index_sha256), m.index_sha256)
+        for k, shard in enumerate(m.shards):  # a remote cache's shards are fetched (once per node) to be hashed
+            _check_sha256(self.shard_path(k), shard.sha256)
         if m.checksums is not None:
-            _check_sha256(self.path / m.checksums.file, m.checksums.sha256)
+            sidecar = m.checksums
+            _check_sha256(
+                self._local(sidecar.file, m.sample_count * CHECKSUM_ROW_BYTES, sidecar.sha256), sidecar.sha256
+            )
         self.codec_state()  # the dictionary: size, sha256, id, and loaded by the codec library
         self.read_metadata(validating=True)
         index = self.index_array()
@@ -292,6 +340,14 @@ class CacheHandle:
                 raise CacheFormatError(
                     f"invalid binary record: index row {int(bad[0])} lies outside its shard: {self.path / INDEX_NAME}"
                 )
+
+
+def _default_storage() -> Storage:
+    """The storage of a URL opened without one: the environment's credentials and the default node cache."""
+    from datasetrt.format.remote import Storage
+    from datasetrt.values.config import DEFAULT_STORAGE_CONFIG  # lazily: pydantic, parent processes only
+
+    return Storage.of(DEFAULT_STORAGE_CONFIG)
 
 
 def common_payload_spec(handles: Sequence[CacheHandle]) -> PayloadSpec | None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from datasetrt.errors import CacheFormatError, ConfigError
 from datasetrt.values.codecs import (
@@ -216,6 +217,60 @@ class WriterProfilerConfig(BaseModel):
     path: Path = Path("dataset_rt_profile.json")
 
 
+class StorageConfig(BaseModel):
+    """Where caches at object-store URLs (`s3://`, `gs://`, `az://`) are reached and kept (datasetrt;
+    docs/object-storage.md). Local paths ignore it.
+
+    `options`: obstore's store and client options (S3: `endpoint`, `region`, `access_key_id`,
+    `secret_access_key`, `session_token`, `allow_http`, ...), over the standard environment
+    (`AWS_*`, `GOOGLE_*`, `AZURE_*`), which is read as obstore reads it. Values are held as
+    secrets: never shown by `repr`, `str`, validation errors or any datasetrt message.
+    `cache_dir`: the node-local cache every process on the node shares (default: the
+    `DATASETRT_CACHE_DIR` environment variable, else `~/.cache/datasetrt`). `cache_limit_bytes`:
+    the most bytes it may hold (default: none beyond the disk), part of the bound checked before a
+    read starts. `fetch_concurrency`: downloads in flight ahead of a read. `retry_attempts` /
+    `retry_budget_s`: how long one request keeps trying (attempts, and seconds after the first).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    options: tuple[tuple[str, SecretStr | bool | int | float], ...] = ()  # given as a mapping
+    cache_dir: str | None = None
+    cache_limit_bytes: int | None = Field(default=None, gt=0)
+    fetch_concurrency: int = Field(default=4, ge=1, le=64)
+    retry_attempts: int = Field(default=10, ge=1)
+    retry_budget_s: float = Field(default=120.0, gt=0)
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options_mapping(cls, value: Any) -> Any:
+        """A mapping of option names to values, kept as sorted pairs (the model stays hashable)."""
+        if isinstance(value, Mapping):
+            for key in value:
+                if not isinstance(key, str):
+                    raise ValueError(f"storage option names must be strings, got {type(key).__name__}")
+            return tuple(sorted(value.items()))
+        return value
+
+    def plain_options(self) -> dict[str, str | bool | int | float]:
+        """The options with their values revealed, for building a store (never for display)."""
+        return {k: v.get_secret_value() if isinstance(v, SecretStr) else v for k, v in self.options}
+
+    def resolved_cache_dir(self) -> str:
+        """`cache_dir`, or its default (DATASETRT_CACHE_DIR, else ~/.cache/datasetrt), absolute."""
+        import os
+
+        chosen = self.cache_dir or os.environ.get("DATASETRT_CACHE_DIR") or os.path.join("~", ".cache", "datasetrt")
+        return os.path.abspath(os.path.expanduser(chosen))
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield (name, {key: "***" for key, _ in value}) if name == "options" else (name, value)
+
+
+DEFAULT_STORAGE_CONFIG = StorageConfig()
+
+
 class WriterConfig(BaseModel):
     """How caches are written.
 
@@ -225,6 +280,7 @@ class WriterConfig(BaseModel):
     every record by default.
     `payload_spec` (datasetrt): the type of every payload (`PayloadSpec`), recorded in the
     manifest; the writer then checks and converts each payload (docs/python-api.md).
+    `storage` (datasetrt): how a base at an object-store URL is reached (`StorageConfig`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -239,6 +295,7 @@ class WriterConfig(BaseModel):
     profiler: WriterProfilerConfig = WriterProfilerConfig()
     record_checksums: bool = True
     payload_spec: PayloadSpec | None = None
+    storage: StorageConfig = DEFAULT_STORAGE_CONFIG
 
     @field_validator("process_timeout_seconds")
     @classmethod
@@ -263,6 +320,8 @@ class ReaderConfig(BaseModel):
     "locality" is exactly-once epochs that visit the shards in a seeded order and permute the
     records of `window_shards` shards at a time, so a read needs only those shards at once
     (object storage, datasets larger than memory; docs/sampling.md); it needs shuffle=True.
+    `storage` (datasetrt): how caches at object-store URLs are reached and kept on this node
+    (`StorageConfig`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -276,6 +335,7 @@ class ReaderConfig(BaseModel):
     worker_timeout_s: float = Field(default=300.0, gt=0)
     sampling: SamplingMode = "draws"
     window_shards: int = Field(default=8, ge=1)
+    storage: StorageConfig = DEFAULT_STORAGE_CONFIG
 
     @model_validator(mode="after")
     def _permutation_shuffles(self) -> ReaderConfig:
