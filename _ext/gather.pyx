@@ -13,29 +13,28 @@ The inner loop runs with the GIL released; a failure stops the loop with a fault
 and `_raise_fault` words it (cache directory, sample, shard) and raises it through the kernels'
 one choke point, `faults.raise_fault`. Codecs are decoded through the codec table's helpers
 (codecs.pxd), so this loop names no codec but the identity one, whose records are read in place.
-A codec with per-cache state (zstd_dict) gets its cache's `DecodeState` from the per-cache state
-table (`codec_state`), which the caller fills once per cache (`CacheHandle.codec_state`).
+A codec with per-cache state (zstd_dict) gets its cache's `DecodeState` (codec.pyx) from the
+per-cache state table (`codec_state`), which the caller fills once per cache (`CacheHandle.codec_state`).
 """
 
-from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.errno cimport errno, EINTR
+from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport memcpy, memmove, strerror
+from libc.string cimport memcpy, memmove
+from posix.types cimport off_t
+from posix.unistd cimport pread
 
 from clibs cimport XXH3_64bits
-from codecs cimport (
-    CODEC_NONE, CacheDecodeState, DecodeContext, decode, decode_context_free, decode_context_init, decode_state_free,
-    decode_state_init, decoded_size,
-)
+from codecs cimport CODEC_NONE, DecodeContext, decode, decode_context_free, decode_context_init, decoded_size
 from faults cimport (
     F_ARGUMENT, F_BOUNDS, F_CHECKSUM, F_CODEC, F_DECODE, F_DECODED_LIMIT, F_ENVELOPE, F_IO, F_NOMEM, F_NOT_OPEN, F_OK,
     F_OUT_FULL, F_PAYLOAD_SPEC, F_SAMPLE_RANGE, F_SHARD_ID, F_SHORT_READ, F_STATE, F_UTF8, raise_fault,
 )
 from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
+from datasetrt.errors import os_error_text
 from datasetrt.values.codecs import CODEC_BY_ID
 
 # The record sizes this kernel indexes by (layout.pxd), for the twin check against format/layout.py.
@@ -45,27 +44,7 @@ RECORD_LAYOUT = {
     "RECORD_HEADER_BYTES": RECORD_HEADER_BYTES,
 }
 
-cdef extern from "<unistd.h>" nogil:
-    ssize_t pread(int fd, void* buf, size_t count, long offset)
-    int close(int fd)
-
-cdef extern from "<fcntl.h>" nogil:
-    int open(const char* path, int flags)
-    int O_RDONLY
-    int O_CLOEXEC
-
-cdef extern from "<sys/stat.h>" nogil:
-    cdef struct stat:
-        long st_size
-    int fstat(int fd, stat* buf)
-
-cdef extern from "<sys/mman.h>" nogil:
-    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)
-    int munmap(void* addr, size_t length)
-    int PROT_READ
-    int MAP_SHARED
-    void* MAP_FAILED
-
+# Hand-written C: neither Cython nor libc has a strict UTF-8 validator or an unaligned LE load.
 cdef extern from *:
     """
     /* Offset of the first byte that breaks strict UTF-8 (as CPython's decoder: no overlongs,
@@ -109,89 +88,6 @@ cdef enum:
     INPLACE_SPAN_BYTES = 262144
 
 
-cdef class MappedFile:
-    """A whole file mapped read-only and shared (MAP_SHARED), holding no file descriptor.
-
-    Invariant: `size` is the file size at map time; the mapping lives until `close()` or
-    deallocation. Exposes the buffer protocol as read-only bytes (numpy.frombuffer works).
-    A zero-length file maps to an empty buffer.
-    """
-    cdef void* addr
-    cdef readonly Py_ssize_t size
-    cdef readonly str path
-    cdef Py_ssize_t _exports
-    cdef Py_ssize_t _shape[1]
-
-    def __cinit__(self, path):
-        self.addr = NULL
-        self.size = 0
-        self._exports = 0
-        self.path = str(path)
-        encoded = self.path.encode()
-        cdef const char* c_path = encoded
-        cdef int fd
-        cdef stat st
-        with nogil:
-            fd = open(c_path, O_RDONLY | O_CLOEXEC)
-        if fd < 0:
-            _raise_io(errno, self.path)
-        try:
-            if fstat(fd, &st) != 0:
-                _raise_io(errno, self.path)
-            self.size = st.st_size
-            if self.size > 0:
-                self.addr = mmap(NULL, <size_t>self.size, PROT_READ, MAP_SHARED, fd, 0)
-                if self.addr == MAP_FAILED:
-                    self.addr = NULL
-                    _raise_io(errno, self.path)
-        finally:
-            close(fd)
-
-    @property
-    def address(self):
-        """Base address of the mapping (0 for an empty file); valid while this object is open."""
-        return <size_t>self.addr
-
-    def close(self):
-        """Unmap now; refused while a buffer export (numpy view) is alive."""
-        if self._exports:
-            raise BufferError(f"{self.path}: mapping still exported to {self._exports} buffer(s)")
-        if self.addr != NULL:
-            munmap(self.addr, <size_t>self.size)
-            self.addr = NULL
-
-    def __dealloc__(self):
-        if self.addr != NULL:
-            munmap(self.addr, <size_t>self.size)
-            self.addr = NULL
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        if flags & PyBUF_WRITABLE:
-            raise BufferError("MappedFile is read-only")
-        if self.addr == NULL and self.size > 0:
-            raise ValueError(f"{self.path}: mapping is closed")
-        self._shape[0] = self.size
-        view.buf = self.addr if self.addr != NULL else <void*>&self._shape[0]
-        view.obj = self
-        view.len = self.size
-        view.readonly = 1
-        view.itemsize = 1
-        view.format = "B"
-        view.ndim = 1
-        view.shape = self._shape
-        view.strides = NULL
-        view.suboffsets = NULL
-        view.internal = NULL
-        self._exports += 1
-
-    def __releasebuffer__(self, Py_buffer* view):
-        self._exports -= 1
-
-
-cdef int _raise_io(int err, str path) except -1:
-    raise_fault(F_IO, f"I/O error: {strerror(err).decode()} (os error {err}): {path}")
-
-
 cdef class Scratch:
     """Per-reader scratch: a growable staging buffer for compressed records and the codecs'
     decoding contexts (codecs.pxd DecodeContext).
@@ -230,50 +126,6 @@ cdef class Scratch:
         return 0
 
 
-cdef class DecodeState:
-    """One cache's codec state as readers use it (zstd_dict: its dictionary, one ZSTD_DDict),
-    prepared from the state's stored bytes (the caller checked them against the manifest).
-
-    Read-only once built: every reading thread of the process shares it. `address` is what the
-    gather's per-cache state table holds (valid while this object lives); `state_id` is what the
-    cache's records name (the dictionary id); `nbytes` the memory it holds (~ the dictionary size
-    plus its entropy tables). CacheFormatError (F_STATE) naming `label` when the bytes are not a
-    state of the codec; ConfigError for a codec without per-cache state.
-    """
-    cdef CacheDecodeState state
-    cdef readonly str label
-
-    def __cinit__(self, int codec_id, const uint8_t[::1] data not None, str label not None):
-        self.state.zstd = NULL
-        self.label = label
-        row = CODEC_BY_ID.get(codec_id)
-        cdef int status
-        cdef size_t n = data.shape[0]
-        with nogil:
-            status = decode_state_init(&self.state, codec_id, &data[0] if n else NULL, n)
-        if status == F_CODEC:
-            raise_fault(F_ARGUMENT, f"codec id {codec_id} has no per-cache state: {label}")
-        if status == F_STATE:
-            raise_fault(status, f"{row.name} dictionary is not a zstd dictionary the library can load ({n} bytes): {label}")
-        if status != F_OK:
-            raise_fault(status, f"cannot prepare the {row.name} dictionary ({n} bytes): {label}")
-
-    def __dealloc__(self):
-        decode_state_free(&self.state)
-
-    @property
-    def address(self):
-        return <size_t>&self.state
-
-    @property
-    def state_id(self):
-        return self.state.state_id
-
-    @property
-    def nbytes(self):
-        return self.state.nbytes
-
-
 cdef struct FaultInfo:
     int code
     int codec
@@ -287,7 +139,7 @@ cdef inline int _pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, Fau
     cdef ssize_t got
     cdef size_t done = 0
     while done < n:
-        got = pread(fd, dst + done, n - done, <long>(offset + done))
+        got = pread(fd, dst + done, n - done, <off_t>(offset + done))
         if got < 0:
             if errno == EINTR:
                 continue
@@ -512,6 +364,8 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
     cdef uint64_t sid = row_sample[f.row]
     where = f"{cache_labels[c]} sample {sid}"
     shard = shard_names[f.shard] if f.shard >= 0 else "?"
+    path = shard if f.shard >= 0 else None
+    os_errno = None
     codec = CODEC_BY_ID[f.codec].name if f.codec in CODEC_BY_ID else f"id {f.codec}"
     if f.code == F_SAMPLE_RANGE:
         message = f"sample_id {sid} is out of range for {cache_labels[c]}"
@@ -523,7 +377,8 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
         message = (f"I/O error: failed to fill whole buffer: index entry (offset {f.a}, byte_len {f.b}) "
                    f"lies outside shard {shard}: {where}")
     elif f.code == F_IO:
-        message = f"I/O error: {strerror(<int>f.a).decode()} (os error {f.a}): shard {shard}: {where}"
+        os_errno = <int>f.a
+        message = f"I/O error: {os_error_text(os_errno)}: shard {shard}: {where}"
     elif f.code == F_SHORT_READ:
         message = (f"I/O error: failed to fill whole buffer (read {f.a} of {f.b} bytes; shard {shard} "
                    f"changed on disk?): {where}")
@@ -552,7 +407,7 @@ cdef int _raise_fault(FaultInfo* f, const int64_t[::1] row_cache, const uint64_t
                    f"{f.b}: {where} (shard {shard})")
     else:
         message = f"gather fault {f.code}: {where}"
-    return raise_fault(f.code, message)
+    return raise_fault(f.code, message, os_errno, path)
 
 
 # -- batch mode: payloads back to back in their final layout ------------------------------------

@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasetrt._native.gather import DecodeState, MappedFile
+from datasetrt._native.codec import DecodeState
+from datasetrt._native.mapped import MappedFile
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
 from datasetrt.format import dictionary
 from datasetrt.format.layout import (

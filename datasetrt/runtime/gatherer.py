@@ -26,7 +26,7 @@ from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescrip
 from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
-_OUT_OF_FDS_TEXT = tuple(f"(os error {e})" for e in (errno.EMFILE, errno.ENFILE))
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 
 
 class Gatherer:
@@ -78,7 +78,7 @@ class Gatherer:
             try:
                 self._map_cache(k)
             except CacheIOError as exc:
-                if not any(text in str(exc) for text in _OUT_OF_FDS_TEXT):
+                if exc.errno not in _OUT_OF_FDS:
                     raise
                 self.budget.relieve()  # mapping needs one descriptor for a moment
                 self._map_cache(k)
