@@ -17,7 +17,6 @@ A codec with per-cache state (zstd_dict) gets its cache's `DecodeState` (codec.p
 per-cache state table (`codec_state`), which the caller fills once per cache (`CacheHandle.codec_state`).
 """
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.errno cimport EINTR, errno
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -632,20 +631,3 @@ def gather_batch(
         raise_fault(F_PAYLOAD_SPEC, f"payload of {f.a} bytes does not fit payload spec {spec_label} (expected {expected}): "
                                     f"{cache_labels[row_cache[i]]} sample {row_sample[i]} (shard {shard_names[f.shard]})")
     _raise_fault(&f, row_cache, row_sample, cache_labels, shard_names)
-
-
-def slice_records(const uint8_t[::1] out, const int64_t[::1] json_off, const int64_t[::1] json_len,
-                  const int64_t[::1] data_off, const int64_t[::1] data_len, Py_ssize_t n):
-    """Copy rows [0, n) of a gather result into (list of payload bytes, list of JSON str).
-
-    The one copy out of the reusable gather buffer into Python objects the consumer owns. JSON
-    text must be UTF-8 (UnicodeDecodeError otherwise).
-    """
-    cdef Py_ssize_t i
-    cdef const char* base = <const char*>&out[0] if out.shape[0] else NULL
-    datas = [None] * n
-    jsons = [None] * n
-    for i in range(n):
-        datas[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])
-        jsons[i] = PyUnicode_DecodeUTF8(base + json_off[i], json_len[i], "strict")
-    return datas, jsons
