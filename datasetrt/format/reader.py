@@ -185,7 +185,7 @@ class CacheHandle:
         """The index as a read-only (sample_count, 3) uint64 view of the mapping (zero copy)."""
         import numpy as np  # lazily: reader workers open caches without numpy
 
-        return np.frombuffer(self.index_map(), dtype="<u8").reshape(-1, 3)
+        return np.frombuffer(memoryview(self.index_map()), dtype="<u8").reshape(-1, 3)
 
     def shard_paths(self) -> list[Path]:
         return [self.path / SHARDS_DIR / s.name for s in self.manifest.shards]
