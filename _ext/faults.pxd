@@ -1,9 +1,10 @@
 # Native fault codes and the one place they become datasetrt's typed errors.
 #
-# Every kernel module (gather.pyx, table.pyx, codec.pyx, batch.pyx) reports a failure from its `nogil` code as
-# one of these codes and raises it, with a message naming what failed, through `raise_fault` (cf.
-# pyarrow's check_status). The code decides the class from datasetrt.errors; each class also
+# Every kernel module (gather.pyx, table.pyx, codec.pyx, batch.pyx) reports a failure from its `nogil`
+# code as one of these codes and raises it, with a message naming what failed, through `raise_fault`
+# (cf. pyarrow's check_status). The code decides the class from datasetrt.errors; each class also
 # subclasses the builtin users catch (ValueError, RuntimeError, MemoryError, IndexError, TypeError).
+# An OS error outside a gather (mapped.pyx: open, fstat, mmap) is `CacheIOError.from_os` directly.
 
 cdef enum Fault:
     F_OK = 0
