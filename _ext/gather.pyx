@@ -7,8 +7,8 @@ Boundary: a reader's `CacheTable` (table.pyx: mapped indexes, shard descriptors 
 rows to read and caller-provided buffers in; decoded bytes out. It knows the record byte layout
 (docs/storage-format.md) and nothing of tables, sampling or processes; it imports no numpy.
 
-Trust: the caller validated the manifest and the rows (cache position in the table, sample_id
-type), but nothing read from disk is trusted: every index entry, offset, length, JSON length and
+Trust: the caller validated the manifest and the rows (every cache position names a cache of the
+table, mapped before the gather), but nothing read from disk is trusted: every index entry, offset, length, JSON length and
 codec size prefix is bounds-checked before it is used, and a record's XXH3-64 is checked (when
 the cache has a checksum sidecar) before any of its bytes are interpreted.
 
