@@ -28,7 +28,7 @@ import sysconfig
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-KERNELS = ["draws", "codec", "gather", "batch", "perm"]
+KERNELS = ["draws", "codec", "mapped", "table", "gather", "batch", "perm"]
 # header -> (Debian package, RPM package)
 HEADERS = {
     "lz4.h": ("liblz4-dev", "lz4-devel"),

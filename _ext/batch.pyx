@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Chunk post-processing kernels: pack payloads contiguously; join embedded JSON for one parse.
+"""Chunk post-processing kernels: pack payloads contiguously; join embedded JSON for one parse;
+slice spans into bytes objects; project ragged records to one length.
 
 Boundary: byte buffers and offset arrays in, buffers out; no files, no tables.
 
@@ -125,14 +126,16 @@ def pack_payloads(const uint8_t[::1] data, const int64_t[::1] data_off, const in
     return pos
 
 
-def payload_list(const uint8_t[::1] data, const int64_t[::1] data_off, const int64_t[::1] data_len, Py_ssize_t n):
-    """Payloads [0, n) as a list of new bytes objects (the per-sample path's one copy)."""
+def slice_bytes(const uint8_t[::1] data, const int64_t[::1] off, const int64_t[::1] length, Py_ssize_t n):
+    """Spans [0, n) of `data` (span i: data[off[i] : off[i] + length[i]], int64 offsets and
+    lengths) as a list of new bytes objects: the per-sample path's one copy of payloads (and of
+    embedded JSON, when it is parsed record by record) into objects the consumer owns."""
     cdef Py_ssize_t i
     cdef const char* base = <const char*>&data[0] if data.shape[0] else NULL
-    _check_spans("payload_list", "payload", data_off, data_len, n, data.shape[0])
+    _check_spans("slice_bytes", "byte", off, length, n, data.shape[0])
     out = [None] * n
     for i in range(n):
-        out[i] = PyBytes_FromStringAndSize(base + data_off[i], data_len[i])
+        out[i] = PyBytes_FromStringAndSize(base + off[i], length[i])
     return out
 
 

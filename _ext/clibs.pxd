@@ -50,3 +50,10 @@ cdef extern from "zstd.h" nogil:
 cdef extern from "xxhash.h" nogil:
     ctypedef unsigned long long XXH64_hash_t
     XXH64_hash_t XXH3_64bits(const void* data, size_t length)
+    # Streaming state: one record hashed from its parts without joining them (the writer).
+    ctypedef struct XXH3_state_t
+    XXH3_state_t* XXH3_createState()
+    int XXH3_freeState(XXH3_state_t* state)
+    int XXH3_64bits_reset(XXH3_state_t* state)
+    int XXH3_64bits_update(XXH3_state_t* state, const void* data, size_t length)
+    XXH64_hash_t XXH3_64bits_digest(const XXH3_state_t* state)

@@ -1,33 +1,30 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Writer-side codec kernel: payload encoding with any codec of the table, per-cache codec state
-(preparing a zstd_dict dictionary; format/dictionary.py trains it), and the XXH3-64 record hash.
+"""Codec kernel: payload encoding with any codec of the table (`Encoder`), the per-cache codec
+states of writers (`EncodeState`) and readers (`DecodeState`: a zstd_dict dictionary prepared
+once; format/dictionary.py trains it), and the XXH3-64 record hash of the writer.
 
-Boundary: byte buffers in, byte buffers out; no files, no tables, no processes. The GIL is released
-around every codec and hash call so a writer thread pool encodes in parallel. Codec ids,
-limits and the per-codec helpers are the codec table's native twin (codecs.pxd;
-datasetrt/values/codecs.py); wire forms are in docs/storage-format.md. Failures raise through
-faults.raise_fault.
+Boundary: byte buffers in, byte buffers and prepared states out; no files, no tables, no processes.
+The GIL is released around every codec and hash call so a writer thread pool encodes in parallel.
+Codec ids, limits and the per-codec helpers are the codec table's native twin (codecs.pxd;
+datasetrt/values/codecs.py); wire forms are in docs/storage-format.md. Decoding itself is the
+gather kernel's (gather.pyx), which reads a cache's `DecodeState` through the reader's
+`CacheTable`. Failures raise through faults.raise_fault.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_Check, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
+from clibs cimport (
+    XXH3_64bits_digest, XXH3_64bits_reset, XXH3_64bits_update, XXH3_createState, XXH3_freeState, XXH3_state_t,
+)
 from codecs cimport (
-    CacheEncodeState, EncodeContext, encode, encode_bound, encode_context_free, encode_context_init, encode_state_free,
-    encode_state_init, level_range, max_input,
+    CacheDecodeState, CacheEncodeState, EncodeContext, decode_state_free, decode_state_init, encode, encode_bound,
+    encode_context_free, encode_context_init, encode_state_free, encode_state_init, level_range, max_input,
 )
 from faults cimport F_ARGUMENT, F_CODEC, F_INPUT_LIMIT, F_LEVEL, F_NOMEM, F_OK, F_STATE, F_TYPE, raise_fault
 
 from datasetrt.values.codecs import CODEC_BY_ID
-
-cdef extern from "xxhash.h" nogil:
-    ctypedef struct XXH3_state_t
-    XXH3_state_t* XXH3_createState()
-    int XXH3_freeState(XXH3_state_t* state)
-    int XXH3_64bits_reset(XXH3_state_t* state)
-    int XXH3_64bits_update(XXH3_state_t* state, const void* data, size_t length)
-    unsigned long long XXH3_64bits_digest(const XXH3_state_t* state)
 
 
 def xxh3_64_pairs(heads, bodies, uint64_t[::1] out not None):
@@ -163,3 +160,49 @@ cdef class Encoder:
             detail = f": {self.ctx.error.decode()}" if self.ctx.error != NULL else ""
             raise_fault(status, f"{self.name} compression failed{detail}")
         return out if written == bound else out[:written]
+
+
+cdef class DecodeState:
+    """One cache's codec state as readers use it (zstd_dict: its dictionary, one ZSTD_DDict),
+    prepared from the state's stored bytes (the caller checked them against the manifest).
+
+    Read-only once built: every reading thread of the process shares it. `address` is what a
+    reader's `CacheTable` points its cache at (valid while this object lives; the table keeps a
+    reference); `state_id` is what the cache's records name (the dictionary id); `nbytes` the
+    memory it holds (~ the dictionary size plus its entropy tables). CacheFormatError (F_STATE)
+    naming `label` when the bytes are not a state of the codec; ConfigError for a codec without
+    per-cache state.
+    """
+    cdef CacheDecodeState state
+    cdef readonly str label
+
+    def __cinit__(self, int codec_id, const uint8_t[::1] data not None, str label not None):
+        self.state.zstd = NULL
+        self.label = label
+        row = CODEC_BY_ID.get(codec_id)
+        cdef int status
+        cdef size_t n = data.shape[0]
+        with nogil:
+            status = decode_state_init(&self.state, codec_id, &data[0] if n else NULL, n)
+        if status == F_CODEC:
+            raise_fault(F_ARGUMENT, f"codec id {codec_id} has no per-cache state: {label}")
+        if status == F_STATE:
+            raise_fault(status, f"{row.name} dictionary is not a zstd dictionary the library can load ({n} bytes): {label}")
+        if status != F_OK:
+            raise_fault(status, f"cannot prepare the {row.name} dictionary ({n} bytes): {label}")
+
+    def __dealloc__(self):
+        decode_state_free(&self.state)
+
+    @property
+    def address(self):
+        """Address of the prepared state (a codecs.pxd CacheDecodeState); valid while this lives."""
+        return <size_t>&self.state
+
+    @property
+    def state_id(self):
+        return self.state.state_id
+
+    @property
+    def nbytes(self):
+        return self.state.nbytes

@@ -20,13 +20,13 @@ All draw loops run with the GIL released and write into a preallocated numpy arr
 from libc.stdint cimport uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from planning cimport bisect_right, splitmix_mix
+from planning cimport bisect_right, clzll, splitmix_mix
 
 import numpy as np
 
+# The compiler's 128-bit integer (rand's widening multiply): Cython and libc have no such type.
 cdef extern from *:
     ctypedef unsigned long long uint128_t "unsigned __int128"
-    int clzll "__builtin_clzll"(unsigned long long x) noexcept nogil
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 # Native fault codes and the one place they become datasetrt's typed errors.
 #
-# Every kernel module (gather.pyx, codec.pyx, batch.pyx) reports a failure from its `nogil` code as
-# one of these codes and raises it, with a message naming what failed, through `raise_fault` (cf.
-# pyarrow's check_status). The code decides the class from datasetrt.errors; each class also
+# Every kernel module (gather.pyx, table.pyx, codec.pyx, batch.pyx) reports a failure from its `nogil`
+# code as one of these codes and raises it, with a message naming what failed, through `raise_fault`
+# (cf. pyarrow's check_status). The code decides the class from datasetrt.errors; each class also
 # subclasses the builtin users catch (ValueError, RuntimeError, MemoryError, IndexError, TypeError).
+# An OS error outside a gather (mapped.pyx: open, fstat, mmap) is `CacheIOError.from_os` directly.
 
 cdef enum Fault:
     F_OK = 0
@@ -31,8 +32,10 @@ cdef enum Fault:
     F_PAYLOAD_SPEC = 21   # CacheFormatError: a stored payload whose length does not fit the cache's PayloadSpec
 
 
-cdef inline int raise_fault(int code, str message) except -1:
-    """Raise the typed error of fault `code` with `message` (which names the path/sample/value)."""
+cdef inline int raise_fault(int code, str message, object os_errno=None, object path=None) except -1:
+    """Raise the typed error of fault `code` with `message` (which names the path/sample/value).
+    A CacheIOError also carries `os_errno` (the OS error number, for F_IO) and `path` (the file it
+    concerns), so callers react to a kind of failure by `exc.errno`, never by its text."""
     from datasetrt import errors
 
     if code == F_SAMPLE_RANGE:
@@ -55,4 +58,6 @@ cdef inline int raise_fault(int code, str message) except -1:
         cls = errors.ArgumentTypeError
     else:  # F_SHARD_ID, F_ENVELOPE, F_DECODE, F_DECODED_LIMIT, F_CODEC, F_STATE, F_PAYLOAD_SPEC and anything unforeseen
         cls = errors.CacheFormatError
+    if cls is errors.CacheIOError:
+        raise cls(message, errno=os_errno, path=path)
     raise cls(message)

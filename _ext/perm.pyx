@@ -33,10 +33,7 @@ from libc.stdint cimport int16_t, int64_t, uint64_t
 
 import numpy as np
 
-from planning cimport bisect_right, splitmix_mix
-
-cdef extern from *:
-    int clzll "__builtin_clzll"(unsigned long long x) noexcept nogil
+from planning cimport bisect_right, clzll, splitmix_mix
 
 cdef enum:
     ROUNDS = 6

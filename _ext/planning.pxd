@@ -1,6 +1,11 @@
 # Inline helpers shared by the planning kernels (draws.pyx, perm.pyx). Logic only where both need
-# the identical code: the SplitMix64 finaliser of the seed derivations and the sorted-array search.
+# the identical code: the SplitMix64 finaliser of the seed derivations, the sorted-array search and
+# the leading-zero count.
 from libc.stdint cimport int64_t, uint64_t
+
+# A compiler builtin (count of leading zero bits; x must be non-zero): Cython and libc have none.
+cdef extern from *:
+    int clzll "__builtin_clzll"(unsigned long long x) noexcept nogil
 
 ctypedef fused sorted_t:
     double

@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datasetrt._native.gather import DecodeState, MappedFile
+from datasetrt._native.codec import DecodeState
+from datasetrt._native.mapped import MappedFile
 from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
 from datasetrt.format import dictionary
 from datasetrt.format.layout import (
@@ -208,7 +209,7 @@ class CacheHandle:
         """The index as a read-only (sample_count, 3) uint64 view of the mapping (zero copy)."""
         import numpy as np  # lazily: reader workers open caches without numpy
 
-        return np.frombuffer(self.index_map(), dtype="<u8").reshape(-1, 3)
+        return np.frombuffer(memoryview(self.index_map()), dtype="<u8").reshape(-1, 3)
 
     def shard_paths(self) -> list[Path]:
         return [self.path / SHARDS_DIR / s.name for s in self.manifest.shards]

@@ -66,8 +66,9 @@ def default_limit() -> int:
 class ShardDescriptors:
     """One reader's shard descriptors, opened and closed per cache through a `DescriptorBudget`.
 
-    `fds` is the int32 array the native gather reads (`fds[s] >= 0` iff shard s is open);
-    cache k owns shards [base[k], base[k] + count[k]). State below is changed only under the
+    `fds` is the int32 array the native gather reads (`fds[s] >= 0` iff shard s is open): the
+    reader's `CacheTable` views it, so every open and close here is what the next gather sees,
+    and it is never resized. Cache k owns shards [base[k], base[k] + count[k]). State below is changed only under the
     budget's lock. `unopened` counts caches with any shard closed (0: the fast path).
     """
 

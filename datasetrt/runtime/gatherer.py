@@ -1,44 +1,48 @@
-"""The record gatherer: per-cache flat tables, shard descriptors under the process's budget, and
-the call of the native gather kernel into caller-provided buffers.
+"""The record gatherer: a reader's native `CacheTable`, its shard descriptors under the process's
+budget, and the calls of the native gather kernels into caller-provided buffers.
 
 Boundary: imports no numpy (nor Polars, pyarrow, torch), so reader worker processes stay small:
 its tables are `array.array`s and every buffer argument may be a numpy array or a memoryview.
+
+The table (`_native.table.CacheTable`, built once per Gatherer) holds what the kernels read per
+cache (index mapping, sample count, shards, checksum sidecar mapping, codec state) and per shard
+(descriptor, byte_len, uncompressed_byte_len, codec, file name). It views the descriptor array
+the budget writes, so opening and closing shards needs no update of the table.
 
 Descriptors: shard files are opened per cache when a block first needs them and closed when the
 process's one budget (`runtime/descriptors.py`) needs room for another reader or cache; index
 and sidecar files are mapped once and keep no descriptor.
 
 Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
-`CacheHandle` (built once per handle and process) when the cache is first mapped here; its address
-sits in the per-cache `codec_state` table the kernel reads, and the handle keeps it alive.
+`CacheHandle` (built once per handle and process) when the cache is first mapped here; the table
+points the cache at it and keeps it alive.
 """
 
 from __future__ import annotations
 
 import errno
-from array import array
 from collections.abc import Sequence
 
 from datasetrt._native import gather as native
+from datasetrt._native.table import CacheTable
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
 from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
-_OUT_OF_FDS_TEXT = tuple(f"(os error {e})" for e in (errno.EMFILE, errno.ENFILE))
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 
 
 class Gatherer:
     """Reads records of the given caches in the calling process into caller-provided buffers.
 
-    Numpy-free (flat tables are `array.array`s), so reader worker processes can use it without
-    importing numpy. Invariants: the flat tables never change shape after construction; shard
-    descriptors (`shards.fds`, -1 when closed) are opened and closed only by `budget` (the
-    process's, unless another is given); a cache's index mapping is taken from its `CacheHandle`
-    (shared by every reader of the dataset and by all processes through the page cache), and so
-    is its codec state (`codec_state[k]`: its address, 0 for none). One
-    gather at a time per Gatherer (it has one scratch buffer): one reader per thread.
+    Numpy-free, so reader worker processes can use it without importing numpy. Invariants: the
+    table never changes shape after construction; shard descriptors (`shards.fds`, -1 when
+    closed) are opened and closed only by `budget` (the process's, unless another is given); a
+    cache's index mapping is taken from its `CacheHandle` (shared by every reader of the dataset
+    and by all processes through the page cache), and so is its codec state. One gather at a
+    time per Gatherer (it has one scratch buffer): one reader per thread.
     """
 
     def __init__(
@@ -47,23 +51,19 @@ class Gatherer:
         self.handles = list(handles)
         self.verify_records = verify_records
         self.budget = budget if budget is not None else BUDGET
-        n = len(self.handles)
-        self.index_addr = array("Q", bytes(8 * n))
-        self.index_rows = array("Q", [h.sample_count for h in self.handles])
-        self.cksum_addr = array("Q", bytes(8 * n))
-        self.codec_state = array("Q", bytes(8 * n))  # DecodeState.address per cache, 0 for none
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
         self.shards = self.budget.register(ShardDescriptors(shard_paths))
-        self.shard_count, self.shard_base, self.shard_fd = self.shards.count, self.shards.base, self.shards.fds
         shards = [s for h in self.handles for s in h.manifest.shards]
-        self.shard_len = array("Q", [s.byte_len for s in shards])
-        self.shard_ulen = array("Q", [s.uncompressed_byte_len for s in shards])
-        self.shard_codec = array("B", [CODEC_IDS[s.algo] for s in shards])
-        self.shard_names = [p for paths in shard_paths for p in paths]
-        self.labels = [str(h.path) for h in self.handles]
-        self._mapped = bytearray(n)
-        self._unmapped = n
-        self._maps: list = [None] * n  # keeps index/sidecar mappings and codec states alive while addresses are used
+        self.table = CacheTable(
+            labels=[str(h.path) for h in self.handles],
+            index_rows=[h.sample_count for h in self.handles],
+            shard_count=self.shards.count,
+            shard_len=[s.byte_len for s in shards],
+            shard_ulen=[s.uncompressed_byte_len for s in shards],
+            shard_codec=[CODEC_IDS[s.algo] for s in shards],
+            shard_names=[p for paths in shard_paths for p in paths],
+            shard_fd=self.shards.fds,
+        )
         self._scratch = native.Scratch()
         self._closed = False
 
@@ -71,14 +71,13 @@ class Gatherer:
 
     def _map_block(self, cache_pos) -> None:
         """Map the index (and sidecar) of every cache named in `cache_pos` not mapped yet."""
-        if not self._unmapped:
+        if not self.table.unmapped:
             return  # every cache is mapped: the common case after the first blocks
-        mapped = self._mapped
-        for k in {k for k in memoryview(cache_pos).tolist() if not mapped[k]}:
+        for k in self.table.unmapped_in(cache_pos):
             try:
                 self._map_cache(k)
             except CacheIOError as exc:
-                if not any(text in str(exc) for text in _OUT_OF_FDS_TEXT):
+                if exc.errno not in _OUT_OF_FDS:
                     raise
                 self.budget.relieve()  # mapping needs one descriptor for a moment
                 self._map_cache(k)
@@ -87,13 +86,7 @@ class Gatherer:
         handle = self.handles[k]
         index = handle.index_map()
         sidecar = handle.checksum_map() if self.verify_records else None
-        state = handle.codec_state()
-        self._maps[k] = (index, sidecar, state)
-        self.index_addr[k] = index.address
-        self.cksum_addr[k] = sidecar.address if sidecar is not None else 0
-        self.codec_state[k] = state.address if state is not None else 0
-        self._mapped[k] = True
-        self._unmapped -= 1
+        self.table.map_cache(k, index, sidecar, handle.codec_state())
 
     def close(self) -> None:
         """Close every descriptor (idempotent). Mappings stay with their handles."""
@@ -131,26 +124,7 @@ class Gatherer:
                     memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len)
                 )
             return native.gather(
-                self.index_addr,
-                self.index_rows,
-                self.shard_base,
-                self.shard_count,
-                self.cksum_addr,
-                self.codec_state,
-                self.shard_fd,
-                self.shard_len,
-                self.shard_ulen,
-                self.shard_codec,
-                cache_pos,
-                sample_id,
-                out,
-                json_off,
-                json_len,
-                data_off,
-                data_len,
-                self._scratch,
-                self.labels,
-                self.shard_names,
+                self.table, cache_pos, sample_id, out, json_off, json_len, data_off, data_len, self._scratch
             )
         finally:
             budget.unpin(shards)
@@ -179,30 +153,17 @@ class Gatherer:
             try:
                 part = (lambda a: memoryview(a)[done : done + rows]) if done or rows < n - done else (lambda a: a)  # noqa: B023 (called within this iteration)
                 got, pos, bottom, need = native.gather_batch(
-                    self.index_addr,
-                    self.index_rows,
-                    self.shard_base,
-                    self.shard_count,
-                    self.cksum_addr,
-                    self.codec_state,
-                    self.shard_fd,
-                    self.shard_len,
-                    self.shard_ulen,
-                    self.shard_codec,
+                    self.table,
                     part(cache_pos),
                     part(sample_id),
                     out,
                     memoryview(offsets)[done : done + rows + 1],
                     part(json_off) if keep_json else json_off,
                     part(json_len) if keep_json else json_len,
-                    check.record_bytes,
-                    check.unit_bytes,
+                    check,
                     pos,
                     bottom,
                     self._scratch,
-                    self.labels,
-                    self.shard_names,
-                    check.label,
                 )
             finally:
                 budget.unpin(shards)

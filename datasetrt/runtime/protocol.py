@@ -29,9 +29,11 @@ it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.
                                   slot filled; the parent submits the rest as a new task;
                                   rows == 0 and need_bytes > 0: the next record alone exceeds a
                                   slot and the parent reads it in-process)
-                     TaskFailed   an exception: its qualified type, message and traceback text;
-                                  the parent re-raises the same datasetrt error class with the
-                                  worker traceback as `__cause__`
+                     TaskFailed   an exception: its qualified type, message and traceback text,
+                                  and for a CacheIOError its `errno` and `path` (so code reacting
+                                  to EMFILE or ENOSPC reads them in the parent too); the parent
+                                  re-raises the same datasetrt error class with the worker
+                                  traceback as `__cause__`
 The slot's bytes — which header arrays the parent writes (the plan) and which the worker writes,
 and the regions — are defined once, in runtime/slot.py. A slot is touched by one worker between
 ReadTask and TaskDone and read by the parent only after TaskDone; the parent reassigns it only
@@ -140,6 +142,8 @@ class TaskFailed:
     error_type: str
     message: str
     traceback: str
+    io_errno: int | None = None  # CacheIOError.errno (None for other errors, or no OS error)
+    io_path: str | None = None  # CacheIOError.path
 
 
 def _pickle_as_constructor_calls(*classes: type) -> None:

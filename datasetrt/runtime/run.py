@@ -228,7 +228,10 @@ class ParallelRun:
             self._task_counts[self._task_ids] = count
             self.pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
 
-    def _raise_failure(self, msg: TaskFailed) -> None:
+    @staticmethod
+    def _raise_failure(msg: TaskFailed) -> None:
+        """Raise a worker's failure in this process: the same datasetrt (or builtin) error class
+        and message (a CacheIOError with its errno and path), the worker traceback as its cause."""
         module, _, name = msg.error_type.rpartition(".")
         cls = None
         if module == "datasetrt.errors":
@@ -237,8 +240,12 @@ class ParallelRun:
             cls = getattr(importlib.import_module("builtins"), name, None)
         remote = errors.WorkerError(f"reader worker {msg.worker} traceback:\n{msg.traceback}")
         if isinstance(cls, type) and issubclass(cls, Exception):
+            exc: Exception | None
             try:
-                exc = cls(msg.message)
+                if issubclass(cls, errors.CacheIOError):
+                    exc = cls(msg.message, errno=msg.io_errno, path=msg.io_path)
+                else:
+                    exc = cls(msg.message)
             except Exception:
                 exc = None
             if exc is not None:

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from datasetrt._native.batch import json_array, payload_list
-from datasetrt._native.gather import slice_records
+from datasetrt._native.batch import json_array, slice_bytes
 from datasetrt.errors import CacheFormatError, RecordJSONError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.local import Chunk
@@ -63,7 +62,7 @@ class SampleBuilder:
         if chunk.rows > 1 and int(chunk.data_len[: chunk.rows].sum()) >= LAZY_PAYLOAD_BYTES * chunk.rows:
             # Large payloads: one bytes object alive at a time (see LAZY_PAYLOAD_BYTES).
             return _one_at_a_time(chunk, metas, ids, sids)
-        datas = payload_list(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
+        datas = slice_bytes(chunk.data, chunk.data_off, chunk.data_len, chunk.rows)
         return map(CachedSample, datas, metas, ids, sids)
 
     def metadata(self, chunk: Chunk) -> list[dict]:
@@ -81,9 +80,7 @@ class SampleBuilder:
                 pass
         if metas is None:
             try:
-                _datas, jsons = slice_records(
-                    chunk.data, chunk.json_off, chunk.json_len, chunk.data_off, chunk.data_len, chunk.rows
-                )
+                jsons = [text.decode() for text in slice_bytes(chunk.data, chunk.json_off, chunk.json_len, chunk.rows)]
             except UnicodeDecodeError as exc:
                 raise RecordJSONError(f"JSON error: embedded metadata is not UTF-8 ({exc.reason})") from None
             metas = self._parse(jsons, chunk.cache_pos, chunk.sample_id)

@@ -11,8 +11,8 @@ default action, whatever handler a forked worker inherited), exits when the pare
 (a pidfd watched by a daemon thread), and also exits when its task socket reaches EOF. A run's
 ring arrives as a descriptor right after its OpenRun; the worker maps it and closes the
 descriptor, so the memory goes when the parent and the workers have unmapped it.
-Exceptions while serving a task are reported as TaskFailed with the traceback text; the worker
-keeps serving.
+Exceptions while serving a task are reported as TaskFailed with the traceback text (and a
+CacheIOError's errno and path); the worker keeps serving.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import threading
 import traceback
 from collections import OrderedDict
 
-from datasetrt.errors import CacheFormatError
+from datasetrt.errors import CacheFormatError, CacheIOError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.protocol import (
@@ -292,6 +292,7 @@ def _send(conn, msg: object) -> None:
 
 def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> None:
     cls = type(exc)
+    io = exc if isinstance(exc, CacheIOError) else None
     _send(
         conn,
         TaskFailed(
@@ -301,5 +302,7 @@ def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> 
             f"{cls.__module__}.{cls.__qualname__}",
             str(exc),
             "".join(traceback.format_exception(exc)),
+            io.errno if io is not None else None,
+            io.path if io is not None else None,
         ),
     )

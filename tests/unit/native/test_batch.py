@@ -16,7 +16,7 @@ DATA_OFF, DATA_LEN = np.array([7, 17], dtype=np.int64), np.array([3, 2], dtype=n
 
 def test_in_bounds_spans_are_packed_joined_and_listed():
     assert batch.json_array(DATA, JSON_OFF, JSON_LEN, 2) == (b'[{"a":1},{"b":2}]', -1)
-    assert batch.payload_list(DATA, DATA_OFF, DATA_LEN, 2) == [b"xyz", b"pq"]
+    assert batch.slice_bytes(DATA, DATA_OFF, DATA_LEN, 2) == [b"xyz", b"pq"]
     out, out_off = np.zeros(8, dtype=np.uint8), np.zeros(2, dtype=np.int64)
     assert batch.pack_payloads(DATA, DATA_OFF, DATA_LEN, 2, out, out_off, 3) == 8
     assert bytes(out[3:]) == b"xyzpq" and out_off.tolist() == [3, 6]
@@ -30,7 +30,7 @@ def test_in_bounds_spans_are_packed_joined_and_listed():
 def test_spans_outside_the_buffer_are_refused(off, length, n):
     off, length = np.array(off, dtype=np.int64), np.array(length, dtype=np.int64)
     for call in (
-        lambda: batch.payload_list(DATA, off, length, n),
+        lambda: batch.slice_bytes(DATA, off, length, n),
         lambda: batch.json_array(DATA, off, length, n),
         lambda: batch.pack_payloads(DATA, off, length, n, np.zeros(64, np.uint8), np.zeros(4, np.int64), 0),
     ):

@@ -93,7 +93,7 @@ def test_readers_share_one_budget_and_the_least_recently_used_cache_goes_first(h
     a.read_chunk(*rows_of(single[0]))  # a's own cache comes back; b's older one goes
     assert open_caches(a) == [single[0], single[1]] and open_caches(b) == [single[3]]
     a.close()
-    assert budget.open_count == 1 and all(fd == -1 for fd in a.shard_fd)
+    assert budget.open_count == 1 and all(fd == -1 for fd in a.shards.fds)
     b.close()
     assert budget.open_count == 0
 
@@ -105,13 +105,13 @@ def test_a_pinned_cache_is_never_closed_and_a_block_is_cut_to_what_fits(handles)
     busy, other = LocalReader(handles, budget=budget), LocalReader(handles, budget=budget)
     busy_pos, _ = rows_of(0, 2)
     assert budget.open_block(busy.shards, busy_pos) == len(busy_pos)  # as gather_into does, minus the gather
-    pinned_fds = [busy.shard_fd[busy.shard_base[k]] for k in (0, 2)]
+    pinned_fds = [busy.shards.fds[busy.shards.base[k]] for k in (0, 2)]
     cache_pos, sample_id = rows_of(4, 6, 0)
     out = np.empty(1 << 16, dtype=np.uint8)
     offsets = np.empty((4, len(cache_pos)), dtype=np.int64)
     done, _used, need = other.gather_into(cache_pos, sample_id, out, *offsets)
     assert (done, need) == (2 * ROWS, 0)  # caches 4 and 6 fit beside the two pinned ones; 0 did not
-    assert [busy.shard_fd[busy.shard_base[k]] for k in (0, 2)] == pinned_fds
+    assert [busy.shards.fds[busy.shards.base[k]] for k in (0, 2)] == pinned_fds
     for fd in pinned_fds:
         os.fstat(fd)  # still open
     budget.unpin(busy.shards)
@@ -178,7 +178,7 @@ def test_mapped_index_and_sidecar_files_keep_no_descriptor(handles):
     before = len(fd_targets())
     reader = LocalReader(handles, budget=DescriptorBudget(limit=1000))
     reader.read_chunk(*rows_of(*range(CACHES)))
-    assert all(reader.index_addr) and all(reader.cksum_addr)  # every index and sidecar is mapped
+    assert all(reader.table.index_addr) and all(reader.table.cksum_addr)  # every index and sidecar is mapped
     targets = fd_targets()
     sidecar = handles[0].manifest.checksums.file
     assert not [t for t in targets if t.endswith(("index.bin", sidecar))]

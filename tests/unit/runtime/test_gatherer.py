@@ -1,6 +1,7 @@
 """runtime/gatherer.py + the batch gather kernel: payloads back to back in their final layout,
 byte-identical to the record gather on every codec and order; embedded JSON kept or dropped;
-the payload spec's length rule; a buffer too small for in-place reads, or for the batch."""
+the payload spec's length rule; a buffer too small for in-place reads, or for the batch; a mapping
+that runs out of descriptors."""
 
 from __future__ import annotations
 
@@ -150,4 +151,43 @@ def test_two_caches_in_one_batch(tmp_path):
     want, _ = _records(reader, cache_pos, sample_id)
     (done, used, _b, _n), out, _offsets, _ = _batch(reader, cache_pos, sample_id, 10_000)
     assert done == 6 and bytes(out[:used]) == b"".join(want)
+    reader.close()
+
+
+def test_running_out_of_descriptors_while_mapping_relieves_the_budget_by_errno(tmp_path, monkeypatch):
+    """Mapping an index needs a descriptor for a moment: EMFILE/ENFILE (read from the error's
+    errno, never from its text) closes the budget's idle shards and maps again; any other I/O
+    error, even one whose message mentions os error 24, propagates."""
+    import errno
+
+    from datasetrt.errors import CacheIOError
+    from datasetrt.runtime.descriptors import DescriptorBudget
+
+    class Budget(DescriptorBudget):
+        relieved = 0
+
+        def relieve(self) -> None:
+            Budget.relieved += 1
+            super().relieve()
+
+    path = _write(tmp_path, "c", sample_items(4))
+    real = CacheHandle.index_map
+    failures = [CacheIOError.from_os(errno.EMFILE, "index.bin")]
+
+    def index_map(handle):
+        if failures:
+            raise failures.pop()
+        return real(handle)
+
+    monkeypatch.setattr(CacheHandle, "index_map", index_map)
+    reader = LocalReader([CacheHandle.open(path)], budget=Budget(limit=64))
+    chunk = reader.read_chunk(*_rows(range(4)))
+    assert chunk.rows == 4 and Budget.relieved == 1
+    reader.close()
+
+    failures.append(CacheIOError("I/O error: Too many open files (os error 24): worded, without errno"))
+    reader = LocalReader([CacheHandle.open(path)], budget=Budget(limit=64))
+    with pytest.raises(CacheIOError, match="without errno"):
+        reader.read_chunk(*_rows(range(4)))
+    assert Budget.relieved == 1
     reader.close()
