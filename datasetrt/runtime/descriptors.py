@@ -74,6 +74,7 @@ class ShardDescriptors:
 
     __slots__ = (
         "paths",
+        "fetched",
         "base",
         "count",
         "fds",
@@ -86,9 +87,12 @@ class ShardDescriptors:
         "__weakref__",
     )
 
-    def __init__(self, shard_paths: Sequence[Sequence[str]]) -> None:
+    def __init__(self, shard_paths: Sequence[Sequence[str]], fetched: Sequence[bool] | None = None) -> None:
         n = len(shard_paths)
         self.paths = [list(p) for p in shard_paths]
+        # Per cache: True when its shard files appear on demand (a remote cache's mirror): opening
+        # the cache then opens the shards present and leaves the others closed until fetched.
+        self.fetched = bytearray(n) if fetched is None else bytearray(bool(f) for f in fetched)
         self.count = array("q", [len(p) for p in self.paths])
         self.base = array("q", [0] * n)
         total = 0
@@ -230,9 +234,30 @@ class DescriptorBudget:
 
     # -- opening and eviction (lock held) -------------------------------------------------------
 
+    def open_fetched(self, reader: ShardDescriptors, k: int, j: int) -> None:
+        """Open shard j of cache k, a fetched-on-demand cache, now that its file is on the node
+        (a no-op unless the cache is open and that shard closed: opening the cache later opens it)."""
+        with self._lock:
+            try:
+                s = reader.base[k] + j
+                if reader.closed or not reader.is_open[k] or reader.fds[s] >= 0:
+                    return
+                path = reader.paths[k][j]
+                try:
+                    fd = self._open_file(path)
+                except OSError as exc:
+                    raise CacheIOError.from_os(exc, path) from None
+                reader.fds[s] = fd
+                reader.open_fds += 1
+                self._open += 1
+            finally:
+                self._drain_pending()
+
     def _open_cache(self, reader: ShardDescriptors, k: int) -> None:
         base = reader.base[k]
         for j, path in enumerate(reader.paths[k]):
+            if reader.fetched[k] and not os.path.exists(path):
+                continue  # not on the node yet: opened by open_fetched once it is
             try:
                 fd = self._open_file(path)
             except OSError as exc:

@@ -52,7 +52,10 @@ class Gatherer:
         self.verify_records = verify_records
         self.budget = budget if budget is not None else BUDGET
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
-        self.shards = self.budget.register(ShardDescriptors(shard_paths))
+        remote = [h.remote is not None for h in self.handles]
+        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote))
+        self._remote = remote if any(remote) else None
+        self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
         shards = [s for h in self.handles for s in h.manifest.shards]
         self.table = CacheTable(
             labels=[str(h.path) for h in self.handles],
@@ -81,6 +84,26 @@ class Gatherer:
                     raise
                 self.budget.relieve()  # mapping needs one descriptor for a moment
                 self._map_cache(k)
+
+    def _fetch_block(self, cache_pos, sample_id) -> None:
+        """Bring the shards a block of rows reads onto the node, for rows of remote caches whose
+        shard is not open yet (one download per shard per node: `CacheHandle.shard_path`), and
+        open them. Rows of local caches cost a list lookup each."""
+        remote, fds, base = self._remote, self.shards.fds, self.shards.base
+        assert remote is not None
+        wanted: dict[tuple[int, int], None] = {}
+        for k, sid in zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist()):
+            if not remote[k]:
+                continue
+            words = self._index_words.get(k)
+            if words is None:
+                words = self._index_words[k] = memoryview(self.handles[k].index_map()).cast("B").cast("Q")
+            j = words[3 * sid] if 0 <= sid < len(words) // 3 else -1
+            if 0 <= j < self.shards.count[k] and fds[base[k] + j] < 0:
+                wanted[(k, j)] = None  # out-of-range rows are the gather's to refuse
+        for k, j in wanted:
+            self.handles[k].shard_path(j)
+            self.budget.open_fetched(self.shards, k, j)
 
     def _map_cache(self, k: int) -> None:
         handle = self.handles[k]
@@ -119,6 +142,8 @@ class Gatherer:
         budget, shards = self.budget, self.shards
         rows = budget.open_block(shards, cache_pos)
         try:
+            if self._remote is not None:
+                self._fetch_block(memoryview(cache_pos)[:rows], memoryview(sample_id)[:rows])
             if rows < len(cache_pos):  # the block's caches do not all fit the budget: its prefix
                 cache_pos, sample_id, json_off, json_len, data_off, data_len = (
                     memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len)
@@ -151,6 +176,8 @@ class Gatherer:
             block = memoryview(cache_pos)[done:]
             rows = budget.open_block(shards, block)
             try:
+                if self._remote is not None:
+                    self._fetch_block(block[:rows], memoryview(sample_id)[done : done + rows])
                 part = (lambda a: memoryview(a)[done : done + rows]) if done or rows < n - done else (lambda a: a)  # noqa: B023 (called within this iteration)
                 got, pos, bottom, need = native.gather_batch(
                     self.table,

@@ -46,9 +46,13 @@ import copyreg
 import dataclasses
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from datasetrt.runtime.slot import SlotArray, SlotLayout, SlotRegion
 from datasetrt.values.payloads import PayloadCheck
+
+if TYPE_CHECKING:
+    from datasetrt.format.remote import RemoteCache
 
 # A spawned reader worker imports none of these (each costs 14-45 MiB of private memory per
 # process); a forked one inherits whatever the parent had.
@@ -65,6 +69,7 @@ class CacheSet:
     cache_dirs: tuple[str, ...]
     identities: tuple[tuple[int, ...], ...]
     verify_records: bool
+    remotes: tuple[RemoteCache | None, ...] = ()  # per cache: its remote origin (format/remote.py), or None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
         tuple(str(handle.path.absolute()) for handle in handles),
         tuple(handle.identity for handle in handles),
         verify_records,
+        tuple(handle.remote for handle in handles) if any(h.remote is not None for h in handles) else (),
     )
 
 

@@ -186,7 +186,8 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 caches = msg.caches
                 reader = readers.pop(caches.key, None)
                 if reader is None:
-                    handles = [CacheHandle.open(p) for p in caches.cache_dirs]
+                    remotes = caches.remotes or (None,) * len(caches.cache_dirs)
+                    handles = [CacheHandle.open(p, remote=r) for p, r in zip(caches.cache_dirs, remotes)]
                     for handle, expected in zip(handles, caches.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
