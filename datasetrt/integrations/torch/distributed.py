@@ -48,11 +48,13 @@ def capture_replica() -> Replica:
     if group:
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
-        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
-        if rank is None or world is None:
+        env_rank, env_world = _env_int("RANK"), _env_int("WORLD_SIZE")
+        if env_rank is None or env_world is None:
             rank, world = 0, 1
-        elif not (world >= 1 and 0 <= rank < world):
-            raise ConfigError(f"RANK={rank} and WORLD_SIZE={world} must satisfy 0 <= RANK < WORLD_SIZE")
+        elif not (env_world >= 1 and 0 <= env_rank < env_world):
+            raise ConfigError(f"RANK={env_rank} and WORLD_SIZE={env_world} must satisfy 0 <= RANK < WORLD_SIZE")
+        else:
+            rank, world = env_rank, env_world
     local = _env_int("LOCAL_WORLD_SIZE")
     if local is None:
         local = world
@@ -64,9 +66,12 @@ def capture_replica() -> Replica:
 def _agree(replica: Replica, fingerprint: dict, candidate: int | None) -> int | None:
     """Broadcast rank 0's (seed, plan fingerprint) to every rank (one `broadcast_object_list`);
     return rank 0's seed, or refuse on a rank whose plan differs from rank 0's."""
-    objects = [(candidate, fingerprint)] if replica.rank == 0 else [None]
+    objects: list[tuple[int | None, dict] | None] = [(candidate, fingerprint)] if replica.rank == 0 else [None]
     torch_distributed.broadcast_object_list(objects, src=0)
-    seed, theirs = objects[0]
+    received = objects[0]  # rank 0's pair on every rank once the broadcast returns
+    if received is None:
+        raise RuntimeError("broadcast_object_list returned without rank 0's seed and plan")
+    seed, theirs = received
     for key, value in fingerprint.items():
         if theirs.get(key) != value:
             raise ConfigError(

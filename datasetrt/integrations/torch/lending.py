@@ -106,8 +106,9 @@ class WorkerRing:
             if isinstance(value, torch.Tensor):
                 if value.device.type != "cpu" or value.untyped_storage().data_ptr() != self._address:
                     return value
-                used.add((value.storage_offset() * value.element_size() - HEADER_BYTES) // self.slot_bytes)
-                return RingView(value.dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset())
+                offset = int(value.storage_offset())  # a plain int for CPU tensors (SymInt only when traced)
+                used.add((offset * value.element_size() - HEADER_BYTES) // self.slot_bytes)
+                return RingView(value.dtype, tuple(value.shape), tuple(value.stride()), offset)
             if not isinstance(value, _PLAIN):
                 opaque[0] = True
             return value
