@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from datasetrt.errors import ConfigError, LoaderStateError
+from datasetrt.errors import CacheFormatError, ConfigError, LoaderStateError
 from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe, _Snapshots
 
 if TYPE_CHECKING:
@@ -33,8 +33,18 @@ def _worker_identity() -> tuple[int, int, bool]:
 def _digest(*arrays: np.ndarray) -> str:
     h = hashlib.blake2b(digest_size=16)
     for arr in arrays:
-        h.update(np.ascontiguousarray(arr).view(np.uint8))
+        # numpy's stubs give ndarray `__buffer__` only for Python >= 3.12 (we check as 3.11)
+        h.update(np.ascontiguousarray(arr).view(np.uint8))  # type: ignore[arg-type]
     return h.hexdigest()
+
+
+def _rows_digest(cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray | None) -> str:
+    """Identity of active rows (`DatasetSeam.population_rows`): positions, ids and weights. A
+    dataset's own populations always keep their weights; only a spawned worker's rebuilt one may
+    lack them."""
+    if weights is None:  # pragma: no cover - see above
+        raise CacheFormatError("the dataset's active rows carry no weights")
+    return _digest(cache_pos, sample_id, weights)
 
 
 def _caches_digest(ds: DatasetSeam) -> str:
@@ -86,6 +96,14 @@ class _PlanDataset(IterableDataset):
     `_dataset` is the `CachedDataset`; a spawned copy (`_rebuilt`) has None there and rebuilds
     its reading side from `_recipe_shipped`. A forked copy keeps the inherited dataset."""
 
+    def _require_dataset(self) -> DatasetSeam:
+        """The dataset; present in the process that built this object and its forked workers."""
+        if self._dataset is None:
+            raise RuntimeError(
+                f"{type(self).__name__} has no dataset in this process: a spawned copy reads only through its recipe"
+            )
+        return self._dataset
+
     def _setup(self, dataset: DatasetSeam | None, recipe: _Recipe | None, work_dir: str | None = None) -> None:
         self._dataset = dataset
         self._recipe_shipped = recipe
@@ -115,12 +133,15 @@ class _PlanDataset(IterableDataset):
         if self._reader is None or self._reader.pid != os.getpid():
             if self._dataset is not None:
                 self._reader = _PlanReader(self._dataset, population)
-            else:
+            elif self._recipe_shipped is not None:
                 self._reader = _PlanReader.open(self._recipe_shipped)
+            else:  # no recipe is shipped for a loader plan without rows, which no pass reads
+                raise RuntimeError(f"{type(self).__name__} has neither a dataset nor a recipe to read through")
         return self._reader
 
     def _recipe_for(self, population: Any) -> _Recipe:
-        return self._snapshots.recipe(self._dataset, population)
+        """What a spawned worker needs to read `population` (in the process holding the dataset)."""
+        return self._snapshots.recipe(self._require_dataset(), population)
 
     def advance(self) -> None:
         """Refused with `LoaderStateError` (ADVANCE_REFUSED says why)."""

@@ -40,7 +40,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.integrations.torch.lending import MAX_SLOT_BYTES, Receiver, WorkerRing
-from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _plan_loader
+from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _LoaderIterator, _plan_loader
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import check_arguments, is_auto
 from datasetrt.integrations.torch.plan import _Spec
@@ -240,8 +240,9 @@ class BatchLoaderDataset(LoaderDataset):
         if where is None:
             return iter(())
         window, reader = where
+        buffers: _OwnMemory | LendingBuffers
         if reader is None:  # main process: the dataset's own batch path (ring slots, if it has workers)
-            ds, buffers = self._dataset, _OwnMemory()
+            ds, buffers = self._require_dataset(), _OwnMemory()
             batches = ds.read_window_batches(window, self._spec.batch, with_metadata=False)
         else:
             ds, buffers = reader.ds, LendingBuffers(self._tail_bytes(reader.ds))
@@ -289,9 +290,11 @@ class DatasetRTBatchLoader(DatasetRTDataLoader):
         # torch's own drop_last is False here (batch_size=None); the plan's is the loader's
         return {**super()._identity(), "drop_last": self._plan.drop_last}
 
-    def __iter__(self) -> Any:
+    # as DatasetRTDataLoader's: torch types `__iter__` as its `_BaseDataLoaderIter`, which ours wraps
+    def __iter__(self) -> _LoaderIterator:  # type: ignore[override]
         tracked = super().__iter__()
         if self.num_workers > 0:  # items lent from the workers' rings become tensors here
+            receiver: Receiver | None
             if not self.persistent_workers:  # one per pass: its workers and their rings end with it
                 receiver = Receiver(self.num_workers)
             elif (receiver := getattr(self, "_receiver", None)) is None:  # one for the workers' life

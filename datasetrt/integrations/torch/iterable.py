@@ -18,8 +18,8 @@ from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch.base import (
     _caches_digest,
     _check_identity,
-    _digest,
     _PlanDataset,
+    _rows_digest,
     _with_order,
     _worker_identity,
 )
@@ -61,10 +61,16 @@ class CachedIterableDataset(_PlanDataset):
         self._reading: tuple[Any, Any] | None = None  # (reader, base window) in this process
         self._started = False
         self._progress: _PassProgress | None = None  # the main-process pass in progress (or loaded)
-        self._resume = False
+        self._resume = False  # the next main-process pass continues `_progress` (a loaded state)
+
+    def _require_shipped_window(self) -> tuple[int, int]:
+        """The plan's (start, length); shipped to every spawned copy, which has no dataset."""
+        if self._shipped_window is None:
+            raise RuntimeError("CachedIterableDataset has neither a dataset nor a shipped plan window")
+        return self._shipped_window
 
     def __len__(self) -> int:
-        return len(self._dataset) if self._dataset is not None else self._shipped_window[1]
+        return len(self._dataset) if self._dataset is not None else self._require_shipped_window()[1]
 
     def __iter__(self) -> Iterator[CachedSample]:
         worker, workers, in_worker = _worker_identity()
@@ -77,7 +83,7 @@ class CachedIterableDataset(_PlanDataset):
                 reader = self._reader_here(window.population)
             else:
                 reader = self._reader_here()
-                start, length = self._shipped_window
+                start, length = self._require_shipped_window()
                 window = reader.ds.plan_window(start, length, population=reader.population)
             self._reading = (reader, window)
         reader, base = self._reading
@@ -97,12 +103,11 @@ class CachedIterableDataset(_PlanDataset):
         """One main-process pass, built as CachedDataset.__iter__ builds it: the window is reserved
         at the first next() (or is the rest of a loaded state's pass); delivered samples are
         counted for state_dict()."""
-        ds = self._dataset
+        ds = self._require_dataset()
         self._started = True
-        if self._resume:
-            self._resume = False
-            progress = self._progress
-        else:
+        progress = self._progress if self._resume else None  # set whenever `_resume` is
+        self._resume = False
+        if progress is None:
             progress = self._progress = _PassProgress(ds.reserve_window(), 0)
         window = progress.rest()
         if window.length == 0:
@@ -111,10 +116,9 @@ class CachedIterableDataset(_PlanDataset):
             progress.consumed += 1
             yield sample
 
-    def _identity(self, population: Any) -> dict:
-        ds = self._dataset
+    def _identity(self, ds: DatasetSeam, population: Any) -> dict:
         rows = ds.population_rows(population)
-        table = "physical" if rows is None else _digest(rows.cache_pos, rows.sample_id, rows.weights)
+        table = "physical" if rows is None else _rows_digest(rows.cache_pos, rows.sample_id, rows.weights)
         return _with_order(
             {
                 "caches": _caches_digest(ds),
@@ -143,7 +147,7 @@ class CachedIterableDataset(_PlanDataset):
                     "the dataset's table changed during the pass in progress; take the state between passes"
                 )
             current = {"start": progress.window.start, "length": progress.window.length, "consumed": progress.consumed}
-        return {**state, "pass": current, **self._identity(population)}
+        return {**state, "pass": current, **self._identity(ds, population)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the dataset's positions; the next main-process pass yields exactly the samples
@@ -161,7 +165,7 @@ class CachedIterableDataset(_PlanDataset):
         if state.get("version") != ITER_STATE_VERSION:
             raise ConfigError(f"unsupported torch dataset state version {state.get('version')!r}")
         population = ds.cursor_state().population
-        _check_identity(state, self._identity(population), "torch dataset")
+        _check_identity(state, self._identity(ds, population), "torch dataset")
         try:
             cursor = ds.cursor_state_from(state)
         except ConfigError:

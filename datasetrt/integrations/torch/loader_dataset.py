@@ -17,7 +17,7 @@ import numpy as np
 
 from datasetrt._native.draws import derive_seed
 from datasetrt.errors import CacheFormatError
-from datasetrt.integrations.torch.base import _caches_digest, _digest, _PlanDataset, _worker_identity
+from datasetrt.integrations.torch.base import _caches_digest, _PlanDataset, _rows_digest, _worker_identity
 from datasetrt.integrations.torch.plan import _Share, _Spec
 from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe
 
@@ -50,9 +50,12 @@ class _LoaderPlan:
     ) -> None:
         self._ds = ds
         self._source = ds.cursor_state().population  # the rows (and stream order) the plan selects from
-        self.base = ds.population_rows(self._source, expand_physical=True)
-        if self.base.weights is None:  # pragma: no cover - datasets always keep their weights
+        base = ds.population_rows(self._source, expand_physical=True)
+        # expand_physical gives rows for the physical population too, and datasets keep their weights
+        if base is None or base.weights is None:  # pragma: no cover
             raise CacheFormatError("the dataset's active rows carry no weights")
+        self.base = base
+        self.base_weights: np.ndarray = base.weights  # base.weights, known present
         self.shuffle, self.partition, self.budget = shuffle, partition, budget
         self.count, self.batch_size, self.drop_last = count, batch_size, drop_last
         self.common_seed = common_seed
@@ -62,7 +65,13 @@ class _LoaderPlan:
 
     @property
     def plan_seed(self) -> int:
-        return derive_seed(self.common_seed, 0, 0) if self.shuffle else 0
+        """The plan stream's seed: derived from the common seed when shuffled (set by the time a
+        spec is built), else 0."""
+        if not self.shuffle:
+            return 0
+        if self.common_seed is None:
+            raise RuntimeError("the shuffled loader plan has no common seed yet")
+        return derive_seed(self.common_seed, 0, 0)
 
     @property
     def population(self) -> Any:
@@ -71,19 +80,20 @@ class _LoaderPlan:
         if self._population is None:
             base, rows = self.base, len(self.base)
             size = self.count if self.partition == "split" and self.budget == rows else rows
+            order: np.ndarray | None
             if self.partition == "split" and self.shuffle:
                 order = np.random.default_rng(self.common_seed).permutation(rows)[:size]
             else:
                 order = None if size == rows else np.arange(size, dtype=np.int64)
             if order is None:
                 self._population = self._ds.population_from_rows(
-                    base.cache_pos, base.sample_id, base.weights, source=self._source
+                    base.cache_pos, base.sample_id, self.base_weights, source=self._source
                 )
             else:
                 self._population = self._ds.population_from_rows(
                     base.cache_pos[order],
                     base.sample_id[order],
-                    base.weights[order],
+                    self.base_weights[order],
                     source=self._source,
                     selection=order,
                 )
@@ -97,7 +107,7 @@ class _LoaderPlan:
     def table_digest(self) -> str:
         """Identity of the active rows the plan was built from (positions, ids, weights)."""
         if self._digest is None:
-            self._digest = _digest(self.base.cache_pos, self.base.sample_id, self.base.weights)
+            self._digest = _rows_digest(self.base.cache_pos, self.base.sample_id, self.base_weights)
         return self._digest
 
     def caches_digest(self) -> str:
@@ -148,6 +158,14 @@ class LoaderDataset(_PlanDataset):
         self.worker_seeds = worker_seeds
         self._pass = pass_  # (epoch, plan rows already consumed) of the next pass the loader starts
 
+    def _require_plan(self) -> _LoaderPlan:
+        """The plan; held wherever the dataset is (the building process and its forked workers)."""
+        if self._plan is None:
+            raise RuntimeError(
+                "LoaderDataset has no plan in this process: a spawned copy reads only through its recipe"
+            )
+        return self._plan
+
     def __len__(self) -> int:
         return self._spec.layout().per_rank
 
@@ -161,7 +179,7 @@ class LoaderDataset(_PlanDataset):
     def _begin(self, epoch: int, rows: int) -> None:
         """Parent side, before torch starts the pass (and maybe its workers): fix the plan and
         compute its tables here, once, so forked workers share them."""
-        _stream(self._dataset, self._plan.freeze(), self._spec)
+        _stream(self._require_dataset(), self._require_plan().freeze(), self._spec)
         self._pass = (epoch, rows)
 
     def __iter__(self) -> Iterator[Any]:
@@ -170,7 +188,7 @@ class LoaderDataset(_PlanDataset):
             return iter(())
         window, reader = where
         if reader is None:
-            return self._dataset.read_window(window, self.sample_transform_fn)
+            return self._require_dataset().read_window(window, self.sample_transform_fn)
         return reader.read(window, self.sample_transform_fn)
 
     def _pass_here(self) -> tuple[Any, _PlanReader | None] | None:
@@ -193,11 +211,11 @@ class LoaderDataset(_PlanDataset):
         if layout.per_rank == 0:
             return None
         if main:
-            stream = _stream(self._dataset, self._plan.freeze(), spec)
+            stream = _stream(self._require_dataset(), self._require_plan().freeze(), spec)
             if spec.world == 1:  # the rest of the pass is one contiguous window
                 return spec.pass_window(stream, epoch, rows), None
             return _Share(spec.pass_window(stream, epoch), layout=layout), None
-        reader = self._reader_here(self._plan.freeze() if self._dataset is not None else None)
+        reader = self._reader_here(self._require_plan().freeze() if self._dataset is not None else None)
         window = spec.pass_window(_stream(reader.ds, reader.population, spec), epoch)
         return _Share(window, worker, workers, layout=layout), reader
 
@@ -206,7 +224,7 @@ class LoaderDataset(_PlanDataset):
         recipe = self._recipe_shipped
         spec = self._spec
         if self._dataset is not None and spec.stride > 0:
-            recipe = self._recipe_for(self._plan.freeze())
+            recipe = self._recipe_for(self._require_plan().freeze())
         return _rebuild_loader_dataset, (recipe, spec, self.sample_transform_fn, self.worker_seeds, self._pass)
 
 
