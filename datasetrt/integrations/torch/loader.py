@@ -85,6 +85,11 @@ class DatasetRTDataLoader(DataLoader):
     `global_samples_per_pass` = world_size * len(loader.dataset)."""
 
     def _setup_resume(self, plan: _LoaderPlan, explicit_seed: bool, partition: str, share: RankShare) -> None:
+        """Right after `__init__`: the plan and what resuming it needs. `_adapter` is
+        `self.dataset` (always our `LoaderDataset`) typed as such; torch types it `Dataset`."""
+        if not isinstance(self.dataset, LoaderDataset):
+            raise TypeError(f"DatasetRTDataLoader reads a LoaderDataset, not {type(self.dataset).__name__}")
+        self._adapter = self.dataset
         self._plan = plan
         self._explicit_seed = explicit_seed
         self._partition = partition
@@ -101,11 +106,11 @@ class DatasetRTDataLoader(DataLoader):
 
     @property
     def rank(self) -> int:
-        return self.dataset._spec.rank
+        return self._adapter._spec.rank
 
     @property
     def world_size(self) -> int:
-        return self.dataset._spec.world
+        return self._adapter._spec.world
 
     @property
     def padded_rows(self) -> int:
@@ -124,14 +129,15 @@ class DatasetRTDataLoader(DataLoader):
 
     @property
     def batches_per_pass(self) -> int:
-        return self.dataset._spec.layout().batches
+        return self._adapter._spec.layout().batches
 
-    def __iter__(self) -> _LoaderIterator:
+    # torch types `__iter__` as its `_BaseDataLoaderIter`; ours wraps that and forwards its attributes
+    def __iter__(self) -> _LoaderIterator:  # type: ignore[override]
         epoch, (rows, prior) = self._next_epoch, self._pending
         self._started = True
         self._next_epoch, self._pending = epoch + 1, (0, 0)
-        self.dataset._begin(epoch, rows)
-        tracked = _LoaderIterator(super().__iter__(), epoch, self.dataset._spec.layout(rows), prior)
+        self._adapter._begin(epoch, rows)
+        tracked = _LoaderIterator(super().__iter__(), epoch, self._adapter._spec.layout(rows), prior)
         self._current = tracked
         return tracked
 
@@ -203,16 +209,23 @@ class DatasetRTDataLoader(DataLoader):
             raise ConfigError(f"unsupported DataLoader state version {version!r}")
         mine = self._identity()
         seed = state.get("seed")
+        # the state's seed, when this loader (seed="random", plan not fixed yet) adopts it; else None
         adopt = (
-            seed != mine["seed"]
-            and not self._explicit_seed
-            and self._plan.shuffle
-            and not self._plan.frozen
-            and type(seed) is int
-            and 0 <= seed < 1 << 64
+            seed
+            if (
+                seed != mine["seed"]
+                and not self._explicit_seed
+                and self._plan.shuffle
+                and not self._plan.frozen
+                and type(seed) is int
+                and 0 <= seed < 1 << 64
+            )
+            else None
         )
-        _check_identity(state, {k: v for k, v in mine.items() if not (adopt and k == "seed")}, "DataLoader")
+        _check_identity(state, {k: v for k, v in mine.items() if not (adopt is not None and k == "seed")}, "DataLoader")
         epoch, batches = state.get("epoch"), state.get("batches")
+        world: object  # as saved; checked below
+        rows: object
         if version == 1:  # single rank: rows = batches * batch_size
             world = 1
             rows = min(batches * self._plan.batch_size, self._plan.count) if type(batches) is int else None
@@ -234,14 +247,14 @@ class DatasetRTDataLoader(DataLoader):
                 f"DataLoader state has an invalid position (epoch {epoch!r}, batches {batches!r}, "
                 f"rows {rows!r}, world_size {world!r})"
             )
-        if adopt:
-            self._plan.common_seed = seed  # seed="random": continue the saved stream
-            rank, workers = self.rank, len(self.dataset.worker_seeds)
-            self.dataset.worker_seeds = tuple(derive_seed(seed, rank, w) for w in range(workers))
-            self.dataset._spec = replace(self.dataset._spec, seed=self._plan.plan_seed)
+        if adopt is not None:
+            self._plan.common_seed = adopt  # seed="random": continue the saved stream
+            rank, workers = self.rank, len(self._adapter.worker_seeds)
+            self._adapter.worker_seeds = tuple(derive_seed(adopt, rank, w) for w in range(workers))
+            self._adapter._spec = replace(self._adapter._spec, seed=self._plan.plan_seed)
         if not same:
             batches = rows // (self.world_size * self._plan.batch_size)
-        if self.dataset._spec.layout(rows).per_rank == 0:
+        if self._adapter._spec.layout(rows).per_rank == 0:
             epoch, rows, batches = epoch + 1, 0, 0
         self._next_epoch, self._pending = epoch, (rows, batches)
 
@@ -378,7 +391,8 @@ def _plan_loader(
     the common seed (agreed with rank 0 under a process group: a collective call) and the pass
     spec. `what` names the calling method in messages. Shared by `to_torch_dataloader` and
     `to_torch_batches`, so the same arguments give the same plan."""
-    explicit_seed = type(seed) is int
+    fixed_seed = seed if type(seed) is int else None  # an explicit seed; None for seed="random"
+    explicit_seed = fixed_seed is not None
     if get_worker_info() is not None:
         raise LoaderStateError(f"{what} must run before DataLoader workers start")
     replica = distributed.capture_replica()
@@ -415,7 +429,7 @@ def _plan_loader(
         batch_size=batch_size,
         drop_last=drop_last,
     )
-    common = (seed if explicit_seed else secrets.randbits(64)) if shuffle else None
+    common = (fixed_seed if fixed_seed is not None else secrets.randbits(64)) if shuffle else None
     if replica.group and world > 1:
         fingerprint = {
             "caches": plan.caches_digest(),
@@ -430,6 +444,10 @@ def _plan_loader(
         common = distributed._agree(replica, fingerprint, common)
     plan.common_seed = common
     consumers = max(1, settings.processes)
-    worker_seeds = tuple(derive_seed(common, rank, w) for w in range(consumers)) if shuffle else (0,) * consumers
+    # a common seed exactly when shuffled (rank 0's shuffle is this rank's: `_agree` checks it)
+    if common is None:
+        worker_seeds: tuple[int, ...] = (0,) * consumers
+    else:
+        worker_seeds = tuple(derive_seed(common, rank, w) for w in range(consumers))
     spec = _Spec(shuffle, plan.plan_seed, count, batch_size, drop_last, rank, world)
     return _Built(plan, spec, settings, worker_seeds, share, partition, explicit_seed, work)
