@@ -7,7 +7,7 @@ format, no files, no processes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -90,7 +90,7 @@ class NumpySource(BatchSource):
     def __len__(self) -> int:
         return self.count
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
         if self.count == 0:
             return
         batch = self._batch(0, min(self.count, 1))
