@@ -84,6 +84,7 @@ def summarize(served: list[Served]) -> dict:
         "errors": sum(1 for s in served if s.status >= 400),
         "bytes": sum(s.nbytes for s in served),
         "max_gets_per_object": max(per_key.values(), default=0),
+        "refetched": sorted(k for k, n in per_key.items() if n > 1),
         "objects": len(per_key),
     }
 
