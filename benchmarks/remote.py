@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -337,11 +338,11 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
 
     count, shard_bytes, default_repeats = MODES[args.mode]
     repeats = args.repeats or default_repeats
-    peers_skip = (
-        {STREAMING: "--no-peers", LITDATA: "--no-peers"}
-        if args.no_peers or args.mode == "smoke"
-        else peers_missing(args.peer_python)
-    )
+    if args.no_peers or args.mode == "smoke":
+        reason = "--no-peers" if args.no_peers else "--smoke reads datasetrt and the floor only"
+        peers_skip = {STREAMING: reason, LITDATA: reason}
+    else:
+        peers_skip = peers_missing(args.peer_python)
     workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-remote-"))
     failures: list[str] = []
     rows: list[dict] = []
@@ -613,6 +614,11 @@ def main() -> None:
     if args.child:
         run_child(json.loads(args.child))
         return
+    if args.profile is not None:
+        args.profile = args.profile.resolve()
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+    # SIGTERM unwinds like Ctrl-C: the running child's session is killed, the servers stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.perf_counter()
     rows, floors, facts, failures = bench(args)
     wall = time.perf_counter() - started
