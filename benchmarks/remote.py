@@ -4,7 +4,7 @@ rate of the same objects as the physical floor.
 
 Usage: python -m benchmarks.remote [--quick | --smoke] [--repeats R] [--peer-python PY]
                                    [--transports https,http] [--no-peers] [--profile FILE]
-                                   [--out bench-out/remote.json]
+                                   [--out bench-out/remote.json] [--report bench-out/remote.json]
 
 Data (benchmarks.remote_records): N records of 16 KiB seeded random bytes (the first 8 bytes are
 the record's index) and an int label; full 16,384 records (256 MiB, 16 MiB shards), --quick 3,072
@@ -316,6 +316,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--transports", default=None, help="comma list of https,http (default both; smoke: http)")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile datasetrt's first cold in-process epoch")
     parser.add_argument("--out", type=Path, default=Path("bench-out/remote.json"))
+    parser.add_argument("--report", type=Path, default=None, help="print the table of a saved run's JSON")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.mode = args.mode or "full"
@@ -536,20 +537,21 @@ def summarize_row(row: dict) -> dict:
     if not runs:
         return out
 
-    def rates(name: str) -> list[float]:
-        return [r["passes"][name]["bytes"] / 2**20 / r["passes"][name]["s"] for r in runs]
+    def per_run(name: str, fn) -> list[float]:
+        return [fn(r["passes"][name]) for r in runs]
 
     for name in ("cold", "warm"):
-        xs = rates(name)
+        xs = per_run(name, lambda p: p["bytes"] / 2**20 / p["s"])
         out[f"{name}_mib_s"] = med(xs)
         out[f"{name}_range"] = (min(xs), max(xs))
-        out[f"{name}_samples_s"] = med([r["passes"][name]["samples"] / r["passes"][name]["s"] for r in runs])
-        out[f"{name}_served_mib"] = med([r["passes"][name]["served"]["bytes"] / 2**20 for r in runs])
-        out[f"{name}_gets"] = med([r["passes"][name]["served"]["gets"] for r in runs])
+        out[f"{name}_samples_s"] = med(per_run(name, lambda p: p["samples"] / p["s"]))
+        out[f"{name}_served_mib"] = med(per_run(name, lambda p: p["served"]["bytes"] / 2**20))
+        out[f"{name}_gets"] = med(per_run(name, lambda p: p["served"]["gets"]))
+        out[f"{name}_ranged"] = med(per_run(name, lambda p: p["served"]["ranged_gets"]))
+        out[f"{name}_requests"] = max(per_run(name, lambda p: p["served"]["requests"]))
     out["first_batch_s"] = med([r["passes"]["cold"]["first_batch_s"] or 0.0 for r in runs])
     out["open_s"] = med([r["open_s"] for r in runs])
-    out["max_gets_per_object"] = max(r["served_all"]["max_gets_per_object"] for r in runs)
-    out["requests"] = med([r["served_all"]["requests"] for r in runs])
+    out["served_max_mib"] = max(r["passes"]["cold"]["served"]["bytes"] / 2**20 for r in runs)
     out["errors"] = max(r["served_all"]["errors"] for r in runs)
     out["disk_mib"] = med([r["disk_bytes"] / 2**20 for r in runs])
     out["pss_mib"] = med([r["peak_pss_mib"] for r in runs if r.get("peak_pss_mib") is not None])
@@ -561,14 +563,30 @@ def fmt(x, spec: str = ".0f") -> str:
     return "" if x is None else format(x, spec)
 
 
+COLUMNS = (
+    "transport",
+    "contender",
+    "where",
+    "cold MiB/s (min-max)",
+    "cold samples/s",
+    "first batch s",
+    "warm MiB/s",
+    "cold served MiB (max) / stored",
+    "cold GETs (ranged)",
+    "warm requests",
+    "local disk MiB",
+    "peak PSS MiB",
+    "cold, x datasetrt",
+    "warm, x datasetrt",
+)
+
+
 def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
+    """Markdown: one line per (transport, contender, where), then the GET floors. The ratios are
+    the contender's median over datasetrt's in the same transport and place (>1: faster)."""
     stored = {k: v["stored_bytes"] / 2**20 for k, v in facts.get("stores", {}).items()}
-    lines = [
-        "| transport | contender | where | cold MiB/s (min-max) | cold samples/s | first batch s | warm MiB/s"
-        " | served cold MiB / GETs | stored MiB | served warm MiB | max GETs / object | disk MiB | peak PSS MiB"
-        " | cold vs datasetrt | warm vs datasetrt |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---:|" * (len(COLUMNS) - 3)]
+    empty = " |" * (len(COLUMNS) - 4)
     base: dict[tuple[str, str], dict] = {}
     for row in rows:
         row["summary"] = summarize_row(row)
@@ -578,41 +596,55 @@ def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
         s = row["summary"]
         head = f"| {row['transport']} | {row['contender']} | {row['where']} |"
         if row.get("skipped"):
-            lines.append(f"{head} skipped: {row['skipped']} |" + " |" * 11)
+            lines.append(f"{head} skipped: {row['skipped']} |{empty}")
             continue
         if not s:
             err = next((r.get("error") for r in row["runs"] if r.get("error")), "no run")
-            lines.append(f"{head} error: {str(err)[:160]} |" + " |" * 11)
+            lines.append(f"{head} error: {str(err)[:160]} |{empty}")
             continue
         b = base.get((row["transport"], row["where"]))
-        ratio_c = f"{s['cold_mib_s'] / b['cold_mib_s']:.2f}x" if b else ""
-        ratio_w = f"{s['warm_mib_s'] / b['warm_mib_s']:.2f}x" if b else ""
         lo, hi = s["cold_range"]
+        st = stored.get(row["contender"], 0.0)
         lines.append(
             f"{head} {s['cold_mib_s']:.1f} ({lo:.1f}-{hi:.1f}) | {s['cold_samples_s']:,.0f} | {s['first_batch_s']:.2f} |"
-            f" {s['warm_mib_s']:.0f} | {s['cold_served_mib']:.1f} / {s['cold_gets']:.0f} |"
-            f" {stored.get(row['contender'], 0):.1f} | {s['warm_served_mib']:.2f} | {s['max_gets_per_object']} |"
-            f" {s['disk_mib']:.1f} | {fmt(s['pss_mib'])} | {ratio_c} | {ratio_w} |"
+            f" {s['warm_mib_s']:,.0f} | {s['cold_served_mib']:.1f} ({s['served_max_mib']:.1f}) / {st:.1f} |"
+            f" {s['cold_gets']:.0f} ({s['cold_ranged']:.0f}) | {s['warm_requests']} | {s['disk_mib']:.1f} |"
+            f" {fmt(s['pss_mib'])} | {s['cold_mib_s'] / b['cold_mib_s']:.2f}x | {s['warm_mib_s'] / b['warm_mib_s']:.2f}x |"
+            if b
+            else f"{head} {s['cold_mib_s']:.1f} | | | | | | | | | | |"
         )
     for f in floors:
         head = f"| {f['transport']} | {FLOOR} | {f['concurrency']} in flight |"
         if f.get("error"):
-            lines.append(f"{head} error: {f['error'][:160]} |" + " |" * 11)
+            lines.append(f"{head} error: {f['error'][:160]} |{empty}")
             continue
         xs = f["rates"]
         b = base.get((f["transport"], "in-process"))
         ratio = f"{med(xs) / b['cold_mib_s']:.2f}x" if b else ""
         lines.append(
-            f"{head} {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) | | | | {f['bytes'] / 2**20:.1f} / {f['gets']} |"
-            f" | | | | | {ratio} | |"
+            f"{head} {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) | | | | {f['bytes'] / 2**20:.1f} per pass |"
+            f" {f['gets']} (0) | | | | {ratio} | |"
         )
     return "\n".join(lines)
+
+
+def header(doc: dict) -> str:
+    return (
+        f"machine: {doc['machine']}; mode={doc['mode']}, {doc['records']} records x {doc['record_bytes']} B "
+        f"({doc['records'] * doc['record_bytes'] / 2**20:.0f} MiB), shards {doc['shard_bytes'] >> 20} MiB, "
+        f"batch {BATCH}, cold repeats {doc.get('repeats', '?')}, wall {doc['wall_s']:.0f} s"
+    )
 
 
 def main() -> None:
     args = parse_args()
     if args.child:
         run_child(json.loads(args.child))
+        return
+    if args.report:
+        doc = json.loads(args.report.read_text())
+        print(f"{header(doc)}\n")
+        print(table(doc["rows"], doc["floors"], doc))
         return
     if args.profile is not None:
         args.profile = args.profile.resolve()
@@ -621,21 +653,19 @@ def main() -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.perf_counter()
     rows, floors, facts, failures = bench(args)
-    wall = time.perf_counter() - started
-    print(
-        f"\nmachine: {machine_facts()}; mode={args.mode}, {facts['records']} records x {RECORD} B "
-        f"({facts['records'] * RECORD / 2**20:.0f} MiB), shards {facts['shard_bytes'] >> 20} MiB, batch {BATCH}, "
-        f"cold repeats {args.repeats or MODES[args.mode][2]}, wall {wall:.0f} s\n"
-    )
+    doc = {
+        "machine": machine_facts(),
+        **facts,
+        "repeats": args.repeats or MODES[args.mode][2],
+        "wall_s": time.perf_counter() - started,
+        "rows": rows,
+        "floors": floors,
+        "failures": failures,
+    }
+    print(f"\n{header(doc)}\n")
     print(table(rows, floors, facts))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {"machine": machine_facts(), **facts, "wall_s": wall, "rows": rows, "floors": floors, "failures": failures},
-            indent=2,
-            default=str,
-        )
-    )
+    args.out.write_text(json.dumps(doc, indent=2, default=str))
     if failures:
         print("\nPROBLEMS:\n" + "\n".join(failures))
         sys.exit(1)
