@@ -549,6 +549,7 @@ def summarize_row(row: dict) -> dict:
         out[f"{name}_gets"] = med(per_run(name, lambda p: p["served"]["gets"]))
         out[f"{name}_ranged"] = med(per_run(name, lambda p: p["served"]["ranged_gets"]))
         out[f"{name}_requests"] = max(per_run(name, lambda p: p["served"]["requests"]))
+        out[f"{name}_in_flight"] = max(per_run(name, lambda p: p["served"].get("peak_gets_in_flight", 0)))
     out["first_batch_s"] = med([r["passes"]["cold"]["first_batch_s"] or 0.0 for r in runs])
     out["open_s"] = med([r["open_s"] for r in runs])
     out["served_max_mib"] = max(r["passes"]["cold"]["served"]["bytes"] / 2**20 for r in runs)
@@ -572,7 +573,7 @@ COLUMNS = (
     "first batch s",
     "warm MiB/s",
     "cold served MiB (max) / stored",
-    "cold GETs (ranged)",
+    "cold GETs (ranged) / most in flight",
     "warm requests",
     "local disk MiB",
     "peak PSS MiB",
@@ -608,7 +609,8 @@ def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
         lines.append(
             f"{head} {s['cold_mib_s']:.1f} ({lo:.1f}-{hi:.1f}) | {s['cold_samples_s']:,.0f} | {s['first_batch_s']:.2f} |"
             f" {s['warm_mib_s']:,.0f} | {s['cold_served_mib']:.1f} ({s['served_max_mib']:.1f}) / {st:.1f} |"
-            f" {s['cold_gets']:.0f} ({s['cold_ranged']:.0f}) | {s['warm_requests']} | {s['disk_mib']:.1f} |"
+            f" {s['cold_gets']:.0f} ({s['cold_ranged']:.0f}) / {s['cold_in_flight'] or '-'} | {s['warm_requests']} |"
+            f" {s['disk_mib']:.1f} |"
             f" {fmt(s['pss_mib'])} | {s['cold_mib_s'] / b['cold_mib_s']:.2f}x | {s['warm_mib_s'] / b['warm_mib_s']:.2f}x |"
             if b
             else f"{head} {s['cold_mib_s']:.1f} | | | | | | | | | | |"
@@ -623,7 +625,7 @@ def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
         ratio = f"{med(xs) / b['cold_mib_s']:.2f}x" if b else ""
         lines.append(
             f"{head} {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) | | | | {f['bytes'] / 2**20:.1f} per pass |"
-            f" {f['gets']} (0) | | | | {ratio} | |"
+            f" {f['gets']} (0) / {f['concurrency']} | | | | {ratio} | |"
         )
     return "\n".join(lines)
 

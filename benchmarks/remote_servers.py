@@ -36,6 +36,7 @@ class Served:
     range: str | None
     status: int
     nbytes: int
+    done: float = 0.0  # when the upstream answer was complete (time.time())
 
 
 class CountingProxy(FaultProxy):
@@ -52,7 +53,8 @@ class CountingProxy(FaultProxy):
         from tests.servers.proxy import _split_path
 
         _bucket, key, _query = _split_path(target)
-        rec = Served(at, method, key, headers.get("Range"), status, len(data) if method != "HEAD" else 0)
+        nbytes = len(data) if method != "HEAD" else 0
+        rec = Served(at, method, key, headers.get("Range"), status, nbytes, time.time())
         with self._served_lock:
             self.served.append(rec)
         return status, reason, out, data
@@ -85,8 +87,19 @@ def summarize(served: list[Served]) -> dict:
         "bytes": sum(s.nbytes for s in served),
         "max_gets_per_object": max(per_key.values(), default=0),
         "refetched": sorted(k for k, n in per_key.items() if n > 1),
+        "peak_gets_in_flight": _peak([(s.at, s.done) for s in gets]),
         "objects": len(per_key),
     }
+
+
+def _peak(spans: list[tuple[float, float]]) -> int:
+    """Most spans open at once (a span: a GET from its arrival to its upstream answer)."""
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    return peak
 
 
 # ---------------------------------------------------------------------------- TLS
