@@ -504,7 +504,10 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                             row["runs"].append(got)
                             label = f"{contender}, {where}, {transport}, repeat {rep}"
                             if got.get("error"):
-                                failures.append(f"{label}: {got['error']}")
+                                # datasetrt failing is a broken run; a peer's failure is its row's finding
+                                (failures if contender == OURS else row.setdefault("errors", [])).append(
+                                    f"{label}: {got['error']}"
+                                )
                                 print(f"  {label}: ERROR {got['error'][:300]}", flush=True)
                                 if got.get("traceback"):
                                     print(got["traceback"], flush=True)
@@ -603,6 +606,9 @@ def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
             err = next((r.get("error") for r in row["runs"] if r.get("error")), "no run")
             lines.append(f"{head} error: {str(err)[:160]} |{empty}")
             continue
+        failed = len(row["runs"]) - s["repeats"]
+        if failed:
+            head = f"| {row['transport']} | {row['contender']} | {row['where']} ({failed} of {len(row['runs'])} runs failed) |"
         b = base.get((row["transport"], row["where"]))
         lo, hi = s["cold_range"]
         st = stored.get(row["contender"], 0.0)
@@ -627,6 +633,10 @@ def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
             f"{head} {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) | | | | {f['bytes'] / 2**20:.1f} per pass |"
             f" {f['gets']} (0) / {f['concurrency']} | | | | {ratio} | |"
         )
+    notes = [e for row in rows for e in row.get("errors", [])]
+    if notes:
+        lines += ["", "failed runs (their figures are not in the medians):"]
+        lines += [f"- {e.splitlines()[0][:300]}" for e in notes]
     return "\n".join(lines)
 
 
