@@ -220,8 +220,10 @@ class Child:
         return None
 
 
-def child_process(args: list[str], timeout_s: float | None = None, peak_pss: bool = False) -> Child:
-    """Run `python ARGS` (this interpreter) in a fresh process, from the checkout root, in its own
+def child_process(
+    args: list[str], timeout_s: float | None = None, peak_pss: bool = False, python: str | None = None
+) -> Child:
+    """Run `python ARGS` (this interpreter, or `python`: another venv's) in a fresh process, from the checkout root, in its own
     session, and wait for it to exit (its output goes to temporary files, so a descendant that
     keeps them open cannot stall the wait). On the timeout, or any exception here (Ctrl-C
     included), the whole session is killed (SIGKILL: the child and its workers, nothing else)
@@ -232,7 +234,7 @@ def child_process(args: list[str], timeout_s: float | None = None, peak_pss: boo
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            [sys.executable, *args], stdout=out, stderr=err, text=True, cwd=ROOT, start_new_session=True
+            [python or sys.executable, *args], stdout=out, stderr=err, text=True, cwd=ROOT, start_new_session=True
         )
         sampler = None
         timed_out = False

@@ -37,6 +37,7 @@ __all__ = [
     "ShardCompression",
     "SizedTorchIterableDataset",
     "Stage",
+    "StorageConfig",
     "Stream",
     "WriterConfig",
     "WriterProfilerConfig",

@@ -34,6 +34,7 @@ from datasetrt.values.config import (
     PayloadSpec,
     ReaderConfig,
     ShardCompression,
+    StorageConfig,
     WriterConfig,
     WriterProfilerConfig,
 )
@@ -51,6 +52,7 @@ for _cls in (
     ReaderConfig,
     WriterConfig,
     ShardCompression,
+    StorageConfig,
     WriterProfilerConfig,
     PayloadSpec,
     CachedDataset,
@@ -94,6 +96,7 @@ __all__ = [
     "ShardCompression",
     "SizedTorchIterableDataset",
     "Stage",
+    "StorageConfig",
     "Stream",
     "WriterConfig",
     "WriterProfilerConfig",

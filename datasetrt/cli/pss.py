@@ -148,7 +148,7 @@ def summarize(samples: list[tuple[float, list[dict]]], marks: dict[str, float]) 
         processes.append(out)
     totals = {f: [sum(r[f] for r in rows) for _, rows in samples] for f in FIGURES}
     wtotals = {f: [sum(r[f] for r in rows) for _, rows in in_window] for f in FIGURES}
-    total = {"processes": len(processes), "samples": len(samples)}
+    total: dict[str, float] = {"processes": len(processes), "samples": len(samples)}
     for f in FIGURES:
         total[f"peak_{f}"] = max(totals[f], default=0)
         total[f"steady_{f}"] = steady_value(wtotals[f])

@@ -22,7 +22,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -339,7 +339,8 @@ class CachedDataset:
     def cursor_state_from(self, values: Mapping[str, Any]) -> CursorState:
         """A saved `CursorState.as_dict()` checked against the current population (`ConfigError`)."""
         population = self._population
-        state = CursorState(*CursorState.values_from(values), population)
+        cursor, draw_offset, epoch_len = CursorState.values_from(values)
+        state = CursorState(cursor, draw_offset, epoch_len, population)
         if not state.valid_for(len(population)):
             raise ConfigError(f"invalid cursor state {state.as_dict()!r} for a population of {len(population)} rows")
         return state
@@ -421,7 +422,7 @@ class CachedDataset:
         On any error the previous table stays active. Started iterators keep their snapshot.
         """
         active = self._tables.validated(df)
-        population = self._ordered(Population(self._catalog, active, table=df), self._population.order)
+        population = self._ordered(Population(self._catalog, active, table=df), self._order)
         with self._lock:
             self._population = population
             self._active_frame = df
@@ -434,15 +435,22 @@ class CachedDataset:
     # -- sampling orders (docs/sampling.md) ----------------------------------------------------
 
     @property
+    def _order(self) -> Mixture | Curriculum | None:
+        """The stream order set on the population: `_set_order` only ever sets a Mixture, a
+        Curriculum or None."""
+        order = self._population.order
+        return order if isinstance(order, (Mixture, Curriculum)) else None
+
+    @property
     def mixture(self) -> Mixture | None:
         """The mixture set by `set_mixture` (None: none is set)."""
-        order = self._population.order
+        order = self._order
         return order if isinstance(order, Mixture) else None
 
     @property
     def curriculum(self) -> Curriculum | None:
         """The curriculum set by `set_curriculum` (None: none is set)."""
-        order = self._population.order
+        order = self._order
         return order if isinstance(order, Curriculum) else None
 
     def set_mixture(self, mixture: Mixture | None) -> None:
@@ -529,7 +537,13 @@ class CachedDataset:
         """Integration seam: `owner` reads the curriculum in copies `advance()` cannot reach."""
         self._stages.hold(owner)
 
+    @overload
+    def _curriculum_plan(self, method: str) -> CurriculumPlan: ...
+    @overload
+    def _curriculum_plan(self, method: None) -> CurriculumPlan | None: ...
     def _curriculum_plan(self, method: str | None) -> CurriculumPlan | None:
+        """The population's curriculum plan; without a curriculum None, or with `method`
+        SamplingStateError naming it (`stages.curriculum_plan`)."""
         return curriculum_plan(self._plan(self._population), method)
 
     # -- manifests ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, overload
 
 from datasetrt.errors import LoaderStateError, SamplingStateError
 from datasetrt.sampling.curriculum import CurriculumPlan, StageInfo
@@ -185,6 +185,10 @@ def stage_of(plan: Any, position: int) -> StageInfo | None:
     return plan.stage_info(position) if isinstance(plan, CurriculumPlan) else None
 
 
+@overload
+def curriculum_plan(plan: Any, method: str) -> CurriculumPlan: ...
+@overload
+def curriculum_plan(plan: Any, method: None) -> CurriculumPlan | None: ...
 def curriculum_plan(plan: Any, method: str | None) -> CurriculumPlan | None:
     """`plan` if it is a curriculum's; else None, or with `method` SamplingStateError naming it."""
     if isinstance(plan, CurriculumPlan):

@@ -7,8 +7,9 @@ needs them: a dataset that only reads payloads never loads them. No sampling sta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -41,10 +42,18 @@ class DatasetTables:
             self._physical = physical_table(self.catalog, self.schema, lambda k: self.handles[k].read_metadata())
         return self._physical
 
+    def frame(self, population: Population | None) -> pl.DataFrame:
+        """The table whose rows a population's planner rows index: the frame that population was
+        validated from, or the physical table (also for None)."""
+        if population is None or population.table is None:
+            return self.physical()
+        # Population keeps its table opaque (planning never imports Polars); the dataset only ever
+        # sets it to the DataFrame that `validated` accepted.
+        return cast("pl.DataFrame", population.table)
+
     def arrow(self, population: Population | None) -> Any:
-        """pyarrow form of the table whose rows a population's planner rows index (cached): the
-        frame that population was validated from, or the physical table (also for None)."""
-        frame = population.table if population is not None and population.table is not None else self.physical()
+        """pyarrow form of `frame(population)` (cached for the last frame asked for)."""
+        frame = self.frame(population)
         if self._arrow is None or self._arrow[0] is not frame:
             self._arrow = (frame, frame.to_arrow())
         return self._arrow[1]
@@ -81,6 +90,7 @@ class DatasetTables:
         """`population` with `order`'s streams grouped from its table (Polars, once)."""
         from datasetrt.table.streams import group_streams  # lazily: imports Polars
 
-        frame = population.table if population.table is not None else self.physical()
-        caches = {str(path): int(cid) for path, cid in zip(cache_paths, self.catalog.cache_ids.tolist())}
-        return population.with_order(order, group_streams(frame, order.streams, caches))
+        caches: dict[str | os.PathLike, int] = {
+            str(path): int(cid) for path, cid in zip(cache_paths, self.catalog.cache_ids.tolist())
+        }
+        return population.with_order(order, group_streams(self.frame(population), order.streams, caches))

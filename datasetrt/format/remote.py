@@ -28,7 +28,7 @@ from datasetrt.format.layout import (
     SHARDS_DIR,
 )
 from datasetrt.format.manifest import Manifest, parse_manifest
-from datasetrt.storage.node_cache import Mirror, NodeCache
+from datasetrt.storage.node_cache import DEFAULT_SMALL_MAX_BYTES, Mirror, NodeCache
 from datasetrt.storage.objects import ObjectStore, RetryPolicy
 from datasetrt.storage.urls import RemoteLocation
 
@@ -105,8 +105,8 @@ class RemoteCache:
     def ensure(self, name: str, *, size: int | None, sha256: str, max_bytes: int | None = None) -> Path:
         """The local path of cache file `name` (e.g. "shards/000000.bin"), fetched first when it
         is not on the node (one download per node; verified against `size` and `sha256`)."""
-        kwargs = {} if max_bytes is None else {"max_bytes": max_bytes}
-        return self.mirror().ensure(name, size=size, sha256=sha256, **kwargs)
+        bound = DEFAULT_SMALL_MAX_BYTES if max_bytes is None else max_bytes
+        return self.mirror().ensure(name, size=size, sha256=sha256, max_bytes=bound)
 
     def ensure_shard(self, manifest: Manifest, shard: int) -> Path:
         entry = manifest.shards[shard]
@@ -147,6 +147,6 @@ def open_remote(location: RemoteLocation, storage: Storage) -> RemoteCache:
         mirror.install(MANIFEST_NAME, raw, sha256=version)
     for name, size, sha256 in small_files(manifest):
         if not mirror.has(name, size):
-            kwargs = {} if size is not None else {"max_bytes": METADATA_MAX_BYTES}
-            mirror.ensure(name, size=size, sha256=sha256, **kwargs)
+            bound = DEFAULT_SMALL_MAX_BYTES if size is not None else METADATA_MAX_BYTES
+            mirror.ensure(name, size=size, sha256=sha256, max_bytes=bound)
     return RemoteCache(location, storage, version, str(mirror.dir))

@@ -13,16 +13,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
 
 from datasetrt.errors import ArgumentTypeError, SamplingConfigError, SamplingStateError
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.plans import SegmentedPlan, _stage_of
 
 
-class StageInfo(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class StageInfo:
     """A curriculum stage as reads report it: its `index` in the curriculum and its `name`
-    (`SampleBatch.stage`, `CachedDataset.stage`; docs/sampling.md)."""
+    (`SampleBatch.stage`, `CachedDataset.stage`; docs/sampling.md). Immutable, compared and
+    hashed by value."""
 
     index: int
     name: str

@@ -49,10 +49,12 @@ def position_plan(population: Population, seed: int, ordering: Ordering) -> RowP
     `LocalityPermutation` for sampling="locality"; integer weights as repeat counts), else None
     (dataset-rt's draws, `Window`). Built once per population, seed and ordering (O(rows) at
     most) and kept by the population."""
-    order = population.order
+    order, streams = population.order, population.streams
     if order is not None:
-        planner = CurriculumPlan if isinstance(order, Curriculum) else MixturePlan
-        return population.plan(("streams", seed), lambda: planner(order, population.streams, seed))
+        assert streams is not None  # a population's order and streams are set together
+        if isinstance(order, Curriculum):
+            return population.plan(("streams", seed), lambda: CurriculumPlan(order, streams, seed))
+        return population.plan(("streams", seed), lambda: MixturePlan(order, streams, seed))
     if not ordering.exactly_once or not len(population):
         return None
     if ordering.sampling == "locality":
@@ -126,6 +128,8 @@ def order_identity(population: Population, ordering: Ordering) -> str:
     """What orders `population`'s shuffled windows, for resume states: "draws" (dataset-rt's),
     "permutation", "locality:<W>", or "mixture:" / "curriculum:" and a BLAKE2b digest of the
     configuration (streams, their rows and weights, proportions, options, stages)."""
-    if population.order is None:
+    order, streams = population.order, population.streams
+    if order is None:
         return ordering.identity
-    return stream_order_identity(population.order, population.streams)
+    assert streams is not None  # a population's order and streams are set together
+    return stream_order_identity(order, streams)

@@ -13,14 +13,18 @@ curriculum.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
 from datasetrt._native import draws
 from datasetrt.table.catalog import CacheCatalog
+
+if TYPE_CHECKING:  # annotations only: planning imports no stream-order code
+    from datasetrt.sampling.curriculum import Curriculum
+    from datasetrt.sampling.mixture import Mixture, StreamRows
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Population:
     them from its population snapshot). `table` is opaque here: the table
     this population was validated from (batch metadata reads its rows), or None for the physical
     population. `order` and `streams` (a `Mixture` or `Curriculum` and the `StreamRows` of these
-    rows, or None) are the stream order the dataset set over these rows
+    rows, set together, or both None) are the stream order the dataset set over these rows
     (`CachedDataset.set_mixture`, `set_curriculum`). `plan(key, build)` keeps the position plans
     built over this population (one per order and seed), so an O(rows) plan table is computed
     once per population, before DataLoader workers fork.
@@ -62,8 +66,8 @@ class Population:
         cum: np.ndarray | None = None,
         scale: float = 0.0,
         table: object = None,
-        order: object = None,
-        streams: object = None,
+        order: Mixture | Curriculum | None = None,
+        streams: StreamRows | None = None,
     ) -> None:
         self.catalog = catalog
         self.active = active
@@ -72,13 +76,13 @@ class Population:
         self.streams = streams
         self._cum = cum
         self._scale = scale
-        self._plans: dict[object, object] = {}
+        self._plans: dict[Hashable, RowPlan] = {}
 
-    def with_order(self, order: object, streams: object) -> Population:
+    def with_order(self, order: Mixture | Curriculum | None, streams: StreamRows | None) -> Population:
         """These rows (and their table and weighted sampler sums) with another stream order (None: none)."""
         return Population(self.catalog, self.active, self._cum, self._scale, self.table, order, streams)
 
-    def plan(self, key: object, build: Callable[[], object]) -> object:
+    def plan(self, key: Hashable, build: Callable[[], RowPlan]) -> RowPlan:
         """The plan `build()` made for `key` over this population (built at the first call)."""
         plan = self._plans.get(key)
         if plan is None:
@@ -103,7 +107,9 @@ class Population:
         """(cum, scale) of the weights for weighted draws; computed once per population."""
         assert self.active is not None
         if self._cum is None:
-            self._cum, self._scale = draws.weighted_cumulative(self.active.weights)
+            weights = self.active.weights
+            assert weights is not None  # weights are None only beside precomputed sums (`from_columns`)
+            self._cum, self._scale = draws.weighted_cumulative(weights)
         return self._cum, self._scale
 
     def rows(self) -> ActiveRows:

@@ -21,10 +21,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -94,6 +94,11 @@ def _contiguous(rows: range | np.ndarray) -> range | np.ndarray:
     return rows
 
 
+def _row_namer(streams: StreamRows, name: str) -> Callable[[int], str]:
+    """How a refusal names row i of stream `name`: the stream, the row and its table row."""
+    return lambda i: f"stream {name!r} row {i} (table row {int(streams.rows[name][i])})"
+
+
 def _stream_tables(
     names: tuple[str, ...], streams: StreamRows, order: str, seed: int
 ) -> tuple[perm.StreamTables, list[_Draws] | None]:
@@ -104,13 +109,7 @@ def _stream_tables(
     ends: list[np.ndarray | None] = []
     for name in names:
         weights = streams.weights[name] if permuted else None
-        counts = (
-            None
-            if weights is None
-            else repeat_counts(
-                weights, lambda i, name=name: f"stream {name!r} row {i} (table row {int(streams.rows[name][i])})"
-            )
-        )
+        counts = None if weights is None else repeat_counts(weights, _row_namer(streams, name))
         ends.append(None if counts is None else np.cumsum(counts))
     if any(e is not None and int(e[-1]) > MAX_POSITIONS_PER_EPOCH for e in ends):
         raise SamplingConfigError("a stream has more than 2**62 positions per epoch")
@@ -203,10 +202,11 @@ class SegmentedPlan:
         """`first` and the segments of the stages after it, up to the plan's end. O(stages x
         streams log D)."""
         chain = [first]
-        while chain[-1].end is not None and chain[-1].stage + 1 < len(self.stages):
-            last = chain[-1]
+        last = first
+        while last.end is not None and last.stage + 1 < len(self.stages):
             bases = last.bases + last.inter.count_before(last.end - last.start)
-            chain.append(self._segment(last.stage + 1, last.end, bases))
+            last = self._segment(last.stage + 1, last.end, bases)
+            chain.append(last)
         return tuple(chain)
 
     @property
@@ -362,8 +362,11 @@ class SegmentedPlan:
         m = len(self.names)
         stage, start, end, position = (state.get(k) for k in ("stage", "stage_start", "stage_end", "position"))
         bases = state.get("stage_stream_positions")
-        ints = (stage, start, position)
-        if not all(type(v) is int and v >= 0 for v in ints) or stage >= len(self.stages) or position > MAX_POSITION:
+        if (
+            not (_count(stage) and _count(start) and _count(position))
+            or stage >= len(self.stages)
+            or position > MAX_POSITION
+        ):
             raise SamplingStateError("sampling state has an invalid stage or position")
         if not (isinstance(bases, list) and len(bases) == m and all(type(b) is int and b >= 0 for b in bases)):
             raise SamplingStateError("sampling state has invalid stage_stream_positions")
@@ -387,6 +390,11 @@ class SegmentedPlan:
                 "sampling state is inconsistent: stream_positions do not follow from the stage start and position"
             )
         return segment, position
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """True for an int >= 0 of exactly type int (not a bool): what a state's stage and positions hold."""
+    return type(value) is int and value >= 0
 
 
 def _fingerprint(identity: dict) -> str:

@@ -8,11 +8,11 @@ population snapshot) stores a `PopulationExport`'s arrays as they are, without k
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from datasetrt.sampling.mixture import StreamRows
+from datasetrt.sampling.curriculum import Curriculum
+from datasetrt.sampling.mixture import Mixture, StreamRows
 from datasetrt.sampling.permutation import EXACTLY_ONCE
 from datasetrt.sampling.planner import ActiveRows, Population
 from datasetrt.table.catalog import CacheCatalog
@@ -27,7 +27,7 @@ class PopulationExport:
 
     columns: dict[str, np.ndarray]
     params: dict[str, float]
-    order: Any = None  # the population's `Mixture` or `Curriculum` (picklable), or None
+    order: Mixture | Curriculum | None = None  # picklable
 
     @property
     def rows(self) -> int:
@@ -50,10 +50,12 @@ def from_rows(
     population = Population(catalog, ActiveRows(cache_pos, sample_id, weights))
     if source is None or source.order is None:
         return population
-    index = source.streams.index(len(source))
+    order, streams = source.order, source.streams
+    assert streams is not None  # a population's order and streams are set together
+    index = streams.index(len(source))
     if selection is not None:
         index = index[selection]
-    return population.with_order(source.order, StreamRows.from_index(tuple(source.order.streams), index, weights))
+    return population.with_order(order, StreamRows.from_index(tuple(order.streams), index, weights))
 
 
 def export_population(population: Population, sampling: str) -> PopulationExport | None:
@@ -69,6 +71,7 @@ def export_population(population: Population, sampling: str) -> PopulationExport
     if population.active is not None and population.active.weights is not None:
         columns = {**columns, "weights": population.active.weights}
     if order is not None:
+        assert population.streams is not None  # a population's order and streams are set together
         columns = {**columns, "stream": population.streams.index(len(population))}
     return PopulationExport(columns, params, order) if columns else None
 

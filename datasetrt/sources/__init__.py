@@ -28,6 +28,7 @@ from datasetrt.sources.files import (
     ArrowSource,
     JsonLinesSource,
     ParquetSource,
+    _FileSource,
 )
 from datasetrt.sources.hf import HFDatasetSource
 
@@ -47,7 +48,7 @@ __all__ = [
 _KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))
 
 
-def _kind(name: str) -> type | None:
+def _kind(name: str) -> type[_FileSource] | None:
     lower = name.lower()
     for suffixes, cls in _KINDS:
         if lower.endswith(suffixes):
@@ -73,8 +74,9 @@ def open_path(path: str | os.PathLike, name: str | None = None, **columns: Any) 
     """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
     (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`."""
     p = Path(path)
+    cls: type[_FileSource] | None
     if p.is_dir():
-        kinds = {_kind(f.name) for f in p.rglob("*") if f.is_file()} - {None}
+        kinds = {kind for f in p.rglob("*") if f.is_file() and (kind := _kind(f.name)) is not None}
         if len(kinds) != 1:
             found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC or JSON Lines files"
             raise ConfigError(f"{p}: cannot tell which source reads this directory ({found})")

@@ -7,14 +7,14 @@ format, no files, no processes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from datasetrt.errors import ArgumentTypeError, ConfigError
-from datasetrt.sources.base import BatchSource, Part
+from datasetrt.sources.base import BATCH_BYTES, BatchSource, Part
 from datasetrt.sources.columns import LEAF_DTYPES, Where
 from datasetrt.values.config import PayloadSpec
 
@@ -67,7 +67,6 @@ class NumpySource(BatchSource):
         metadata = dict(metadata or {})
         if PAYLOAD in metadata:
             raise ConfigError(f"metadata column name {PAYLOAD!r} is taken by the payload here; rename it")
-        extra = {} if batch_bytes is None else {"batch_bytes": batch_bytes}
         super().__init__(
             name,
             payload=PAYLOAD,
@@ -75,7 +74,7 @@ class NumpySource(BatchSource):
             rename=rename,
             payload_spec=payload_spec,
             index_column=index_column,
-            **extra,
+            batch_bytes=BATCH_BYTES if batch_bytes is None else batch_bytes,
         )
         self.count = len(data) if self.offsets is None else len(self.offsets) - 1
         self.metadata_arrays = {}
@@ -90,7 +89,7 @@ class NumpySource(BatchSource):
     def __len__(self) -> int:
         return self.count
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
         if self.count == 0:
             return
         batch = self._batch(0, min(self.count, 1))

@@ -6,7 +6,7 @@ Boundary: no cache format, no processes; subclasses only say how to list their i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -78,7 +78,9 @@ class BatchSource:
             self._spec = None if part is None else self.columns.spec_for(part.schema, part.label)
         return self._spec
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
+        """The input's parts, in order. A generator: `payload_spec` reads the first part and then
+        closes it, which releases what the part holds open (a file, a dataset iterator)."""
         raise NotImplementedError
 
     def batch_rows(self, row_bytes: float) -> int:
@@ -136,7 +138,7 @@ class RecordBatchSource(BatchSource):
             return self.data.num_rows
         raise TypeError(f"{type(self.data).__name__} has no length")
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
         data = self.data
         if isinstance(data, (pa.Table, pa.RecordBatch)):
             data = [data]

@@ -323,7 +323,7 @@ class BatchConverter:
         if n == 0:
             return iter(())
         payloads = self.payload_values(batch.column(self.payload), where)
-        values = [_metadata_values(batch.column(m), m, where) for m in self.metadata]
+        values: list[Sequence[Any]] = [_metadata_values(batch.column(m), m, where) for m in self.metadata]
         if self.with_index:
             values.append(range(where.first_row, where.first_row + n))
         metadata = map(dict, map(zip, repeat(self.outputs), zip(*values)))
@@ -415,14 +415,17 @@ class _BytePayloads:
         _, offsets_buf, data_buf = array.buffers()
         offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
         if self.spec is not None:
-            self._check_lengths(np.diff(offsets), where)
+            self._check_lengths(np.diff(offsets), self.spec, where)
         data = memoryview(data_buf) if data_buf is not None else memoryview(b"")
         bounds = offsets.tolist()
         return [data[a:b] for a, b in pairwise(bounds)]
 
-    def _check_lengths(self, lengths: np.ndarray, where: Where) -> None:
-        spec = self.spec
-        bad = lengths != spec.record_bytes if spec.dense else lengths % spec.unit_bytes != 0
+    def _check_lengths(self, lengths: np.ndarray, spec: PayloadSpec, where: Where) -> None:
+        unit = spec.unit_bytes
+        if unit is None:  # dense: every record has exactly record_bytes
+            bad = lengths != spec.record_bytes
+        else:  # ragged: a whole number of steps along the ragged dim
+            bad = lengths % unit != 0
         if bad.any():
             row = _first(bad)
             raise SourceInputError(
@@ -558,7 +561,7 @@ def _split(
         cuts = (offsets // unit).tolist()
         return [steps[a:b] for a, b in pairwise(cuts)]
     bounds = offsets.tolist()
-    dims = list(shape)
+    dims = [0 if dim is None else dim for dim in shape]  # the ragged dim (the only None) is set per record
     out = []
     for a, b in pairwise(bounds):  # ragged inner axis: a reshape per record
         dims[axis] = (b - a) // unit

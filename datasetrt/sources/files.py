@@ -14,7 +14,7 @@ when iteration reaches them and closed when it leaves them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ class _FileSource(BatchSource):
         super().__init__(name, **columns)
         self.files = list_files(paths, self.SUFFIXES, self.WHAT)
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
         for path in self.files:
             yield from self._file_parts(path)
 

@@ -6,7 +6,7 @@ module never imports `datasets`, which the `hf` extra installs); no cache format
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -62,7 +62,7 @@ class HFDatasetSource(BatchSource):
             return self.batch_rows(nbytes / count)
         return DEFAULT_BATCH_ROWS
 
-    def _parts(self) -> Iterator[Part]:
+    def _parts(self) -> Generator[Part, None, None]:
         label = self._label()
         batches = iter(self.dataset.with_format("arrow").iter(batch_size=self._rows()))
         head = next(batches, None)

@@ -10,6 +10,7 @@ All rules are columnar: no Python loop over rows. The validated result is an `Ac
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -50,11 +51,21 @@ def physical_table(
     columns = [pa.array(cache_id, type=pa.uint64()), pa.array(sample_id, type=pa.uint64())]
     columns += [stored.column(n) for n in names]
     columns.append(pa.array(np.ones(catalog.total, dtype=np.float64)))
-    return pl.from_arrow(pa.table(columns, names=[*IDENTITY_COLUMNS, *names, WEIGHT_COLUMN]))
+    table = pa.table(columns, names=[*IDENTITY_COLUMNS, *names, WEIGHT_COLUMN])
+    # A pa.Table converts to a DataFrame; pyarrow is untyped here, so mypy cannot pick that overload.
+    return cast(pl.DataFrame, pl.from_arrow(table))
 
 
 def _fail(message: str) -> MetadataValidationError:
     return MetadataValidationError(message)
+
+
+def _first_true(mask: pl.Series) -> int:
+    """Row of the first True of a boolean `mask` that has one (so it is not empty: arg_max is
+    None only for an empty series)."""
+    row = mask.arg_max()
+    assert row is not None
+    return row
 
 
 def _first_bad_row(series: pl.Series, accepted: tuple, signed_check: bool) -> tuple[int, str] | None:
@@ -70,13 +81,15 @@ def _first_bad_row(series: pl.Series, accepted: tuple, signed_check: bool) -> tu
     nulls = series.null_count()
     if series.dtype not in accepted:
         return (0, "null") if series.slice(0, 1).null_count() else (0, "type")
-    bad_null = int(series.is_null().arg_max()) if nulls else None
+    bad_null = _first_true(series.is_null()) if nulls else None
     bad_neg = None
-    if signed_check and series.dtype.is_signed_integer() and (series.min() or 0) < 0:
-        bad_neg = int((series < 0).fill_null(False).arg_max())
-    if bad_null is None and bad_neg is None:
-        return None
-    if bad_neg is None or (bad_null is not None and bad_null < bad_neg):
+    if signed_check and series.dtype.is_signed_integer():
+        lowest = series.min()  # an int, or None when every cell is null
+        if isinstance(lowest, int) and lowest < 0:
+            bad_neg = _first_true((series < 0).fill_null(False))
+    if bad_null is None:
+        return None if bad_neg is None else (bad_neg, "negative")
+    if bad_neg is None or bad_null < bad_neg:
         return (bad_null, "null")
     return (bad_neg, "negative")
 

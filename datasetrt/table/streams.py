@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -22,6 +23,14 @@ import polars as pl
 from datasetrt.errors import EmptyStreamError, SamplingConfigError, UnknownStreamError
 from datasetrt.format.layout import IDENTITY_COLUMNS, WEIGHT_COLUMN
 from datasetrt.sampling.mixture import Stream, StreamRows
+
+# A key of `group_streams`' caches, str or PathLike (a TypeVar: a Mapping is invariant in its keys).
+CachePath = TypeVar("CachePath", bound=str | os.PathLike[str])
+
+
+def _fspath(path: str | os.PathLike[str]) -> str:
+    """`os.fspath` of a `CachePath` (mypy resolves its overloads on the bound, not the variable)."""
+    return os.fspath(path)
 
 
 def _cache_ids(stream: Stream, name: str, caches: Mapping[str, int], present: set[int]) -> list[int]:
@@ -67,7 +76,7 @@ def _column_values(frame: pl.DataFrame, stream: Stream, name: str) -> pl.Expr:
 
 
 def group_streams(
-    frame: pl.DataFrame, streams: Mapping[str, Stream], caches: Mapping[str | os.PathLike, int] | None = None
+    frame: pl.DataFrame, streams: Mapping[str, Stream], caches: Mapping[CachePath, int] | None = None
 ) -> StreamRows:
     """The rows (population rows = frame row positions) and weights of each named stream.
 
@@ -76,7 +85,7 @@ def group_streams(
     -> cache_id, for streams that name caches by path. Raises UnknownStreamError,
     EmptyStreamError or SamplingConfigError naming the stream; nothing is kept on error.
     """
-    caches = {os.fspath(k): v for k, v in (caches or {}).items()}
+    by_path = {_fspath(k): v for k, v in (caches or {}).items()}
     present = (
         set(frame.get_column(IDENTITY_COLUMNS[0]).unique().to_list())
         if any(s.caches for s in streams.values())
@@ -87,7 +96,7 @@ def group_streams(
         if stream.column is not None:
             expr = _column_values(frame, stream, name)
         else:
-            expr = pl.col(IDENTITY_COLUMNS[0]).is_in(_cache_ids(stream, name, caches, present))
+            expr = pl.col(IDENTITY_COLUMNS[0]).is_in(_cache_ids(stream, name, by_path, present))
         exprs.append(expr.alias(f"s{i}"))
     masks = frame.select(exprs)
     names = list(streams)

@@ -114,9 +114,10 @@ class PayloadSpec(BaseModel):
 
     def fits(self, nbytes: int) -> bool:
         """True when a payload of `nbytes` bytes is a record of this spec."""
-        if self.dense:
+        unit = self.unit_bytes
+        if unit is None:  # dense
             return nbytes == self.record_bytes
-        return nbytes % self.unit_bytes == 0
+        return nbytes % unit == 0
 
     def expected_bytes(self) -> str:
         """What `fits` wants, in words: "2048 bytes" or "a multiple of 8 bytes"."""
@@ -139,9 +140,9 @@ class PayloadSpec(BaseModel):
                 f"payload of {nbytes} bytes does not fit payload spec {self}: expected {self.expected_bytes()}"
             )
         shape = self.shape
-        if not self.dense:
-            axis = self.ragged_axis
-            shape = (*shape[:axis], nbytes // self.unit_bytes, *shape[axis + 1 :])
+        axis, unit = self.ragged_axis, self.unit_bytes
+        if axis is not None and unit is not None:  # ragged (a dense spec has neither)
+            shape = (*shape[:axis], nbytes // unit, *shape[axis + 1 :])
         return np.frombuffer(buffer, dtype=np.dtype(self.dtype).newbyteorder("<")).reshape(shape)
 
     def manifest_form(self) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def _canonical_shape(value: Any) -> tuple[int | None, ...]:
         dims = (operator.index(value),) if not isinstance(value, bool) and hasattr(value, "__index__") else tuple(value)
     except TypeError:
         raise ConfigError(f"PayloadSpec shape must be a tuple of ints and at most one None, got {value!r}") from None
-    shape = []
+    shape: list[int | None] = []
     for dim in dims:
         if dim is None:
             shape.append(None)

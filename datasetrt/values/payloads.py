@@ -88,9 +88,12 @@ class PayloadCheck:
 
     @classmethod
     def of(cls, dtype: str | None, shape: tuple | None) -> PayloadCheck:
-        """The rule of spec (dtype, shape); no spec (None, None): any length."""
+        """The rule of spec (dtype, shape); no spec (None, None): any length. A dtype needs a
+        shape (TypeError otherwise)."""
         if dtype is None:
             return cls()
+        if shape is None:
+            raise TypeError(f"PayloadCheck.of: dtype {dtype!r} without a shape")
         ragged = [axis for axis, dim in enumerate(shape) if dim is None]
         if not ragged:
             return cls(dims_product(shape) * PAYLOAD_DTYPES[dtype], 0, describe(dtype, shape))

@@ -1,0 +1,63 @@
+"""Smoke test of `python -m benchmarks.remote --smoke`: moto's S3 server behind the counting proxy
+and the TLS front, datasetrt writing a cache to s3:// and reading it cold and warm (in-process and
+with 2 reader workers), and the raw GET floor; every record read exactly once with the written
+bytes. The peers (MosaicML Streaming, LitData) need their own venv and are skipped in --smoke
+with a printed reason. No speed is asserted; what the proxy counted is: each object fetched
+once, the cold epoch fetching the bytes stored, the warm epoch fetching nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_remote_benchmark_smoke(tmp_path: Path) -> None:
+    out_json = tmp_path / "remote.json"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.remote",
+            "--smoke",
+            "--transports",
+            "https",
+            "--peer-python",
+            str(tmp_path / "no-venv" / "bin" / "python"),
+            "--out",
+            str(out_json),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "every contender read every record exactly once" in out.stdout
+    assert out.stdout.count("skipped: ") == 4  # Streaming and LitData, in-process and 2 workers
+    doc = json.loads(out_json.read_text())
+    stored = doc["stores"]["datasetrt"]["stored_bytes"]
+    ours = [r for r in doc["rows"] if r["contender"] == "datasetrt"]
+    assert {r["where"] for r in ours} == {"in-process", "2 workers"}
+    for row in ours:
+        [run] = row["runs"]
+        assert not run.get("error") and not run["problems"], run
+        cold, warm = run["passes"]["cold"]["served"], run["passes"]["warm"]["served"]
+        assert cold["bytes"] == stored and cold["max_gets_per_object"] == 1 and cold["errors"] == 0, cold
+        assert warm["requests"] == 0, warm
+        assert run["disk_bytes"] >= doc["records"] * doc["record_bytes"]
+        assert run["peak_pss_mib"] > 0
+    assert {f["concurrency"] for f in doc["floors"]} == {1, 4}
+    assert all(min(f["rates"]) > 0 for f in doc["floors"])
+
+
+def test_missing_peer_venv_is_a_reason(tmp_path: Path) -> None:
+    from benchmarks.remote import LITDATA, STREAMING, peers_missing
+
+    reasons = peers_missing(str(tmp_path / "absent" / "python"))
+    assert set(reasons) == {STREAMING, LITDATA}
+    assert all("no peer venv" in r for r in reasons.values())
