@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from datasetrt.dataset import remote
 from datasetrt.dataset.reads import DatasetReads, ReadRuntime
 from datasetrt.dataset.seam import CacheIdentity, CursorState
 from datasetrt.dataset.stages import StageReads, curriculum_plan, stage_of
@@ -125,6 +126,7 @@ class CachedDataset:
                 raise CacheFormatError(
                     f"all caches must share the same metadata schema: {handle.source} differs from {self._handles[0].source}"
                 )
+        remote.check_disk_bound(self._handles, reader_config)
         self._payload_spec = common_payload_spec(self._handles)
         ids = [h.manifest.cache_id if h.manifest.cache_id is not None else k for k, h in enumerate(self._handles)]
         self._catalog = CacheCatalog(ids, [h.sample_count for h in self._handles], [h.source for h in self._handles])

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from datasetrt.dataset import remote
 from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.batch_run import BatchRun
@@ -141,7 +142,13 @@ class DatasetReads:
         if window.length == 0:
             return iter(())
         builder = self.builder(check_embedded)
-        chunks = local_chunks(self.reader(), window, READ_BLOCK_ROWS) if in_process else self.chunks(window)
+        if in_process:
+            chunks = local_chunks(self.reader(), window, READ_BLOCK_ROWS)
+            fetcher = remote.prefetcher(self.handles, window)
+            if fetcher is not None:
+                chunks = remote.prefetched_chunks(chunks, fetcher)
+        else:
+            chunks = self.chunks(window)
         return builder.samples(chunks, transform)
 
     def sample(self, cache_pos: int, sample_id: int) -> CachedSample:
@@ -152,7 +159,15 @@ class DatasetReads:
 
     def chunks(self, window: Any, rows_hint: int | None = None) -> Iterator[Chunk]:
         """Gathered records of `window` in plan order, read as `with_workers` says; `rows_hint`
-        (a batch size) aligns chunks with batches where the record size allows."""
+        (a batch size) aligns chunks with batches where the record size allows. Shards of remote
+        caches are prefetched in the order the window first needs them."""
+        fetcher = remote.prefetcher(self.handles, window)
+        if fetcher is not None:
+            yield from remote.prefetched_chunks(self._chunks(window, rows_hint), fetcher)
+        else:
+            yield from self._chunks(window, rows_hint)
+
+    def _chunks(self, window: Any, rows_hint: int | None) -> Iterator[Chunk]:
         if self.with_workers:
             assert self.runtime is not None
             run = ParallelRun(self.run_spec(window, rows_hint), self.runtime.running_pool)
@@ -206,11 +221,17 @@ class DatasetReads:
         else:
             reader = self.reader()
             packed = local_batches(reader, window, shape, buffers=buffers or reader.batch_buffers)
+        fetcher = remote.prefetcher(self.handles, window)
         try:
             # `yield from map`: no frame here keeps a batch once it is handed out, so the
             # consumer's references alone decide when a leased ring slot returns.
-            yield from map(maker.batch, packed)
+            if fetcher is None:
+                yield from map(maker.batch, packed)
+            else:
+                yield from remote.Advancing(map(maker.batch, packed), fetcher)
         finally:
+            if fetcher is not None:
+                fetcher.close()
             packed.close()
 
     def batch_shape(self, batch_size: int, drop_last: bool, keep_json: bool) -> BatchShape:

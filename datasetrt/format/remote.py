@@ -40,7 +40,7 @@ METADATA_MAX_BYTES = 4 << 30  # metadata.arrow is fetched whole; its size is not
 class Storage:
     """How this process reaches object stores and the node-local cache: obstore `options` (held
     here in plain form; never shown: `repr` hides them), the node cache's `cache_dir` and
-    `limit_bytes`, the retry budget. Built from a `StorageConfig` by the dataset or writer;
+    `limit_bytes`, the retry budget, how many shards a read fetches ahead. Built from a `StorageConfig` by the dataset or writer;
     picklable, so reader workers get it with their caches."""
 
     options: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -49,6 +49,7 @@ class Storage:
     fetch_concurrency: int = 4
     retry_attempts: int = 10
     retry_budget_s: float = 120.0
+    prefetch_shards: int = 16
 
     @classmethod
     def of(cls, config: Any) -> Storage:
@@ -60,6 +61,7 @@ class Storage:
             config.fetch_concurrency,
             config.retry_attempts,
             config.retry_budget_s,
+            config.prefetch_shards,
         )
 
     def store(self, location: RemoteLocation) -> ObjectStore:

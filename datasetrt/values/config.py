@@ -229,7 +229,9 @@ class StorageConfig(BaseModel):
     `cache_dir`: the node-local cache every process on the node shares (default: the
     `DATASETRT_CACHE_DIR` environment variable, else `~/.cache/datasetrt`). `cache_limit_bytes`:
     the most bytes it may hold (default: none beyond the disk), part of the bound checked before a
-    read starts. `fetch_concurrency`: downloads in flight ahead of a read. `retry_attempts` /
+    read starts. `fetch_concurrency`: downloads in flight ahead of a read. `prefetch_shards`: how
+    many shards a read fetches ahead of the one it reads, in the order its plan first needs them
+    (0: none; each shard is then fetched when a read reaches it). `retry_attempts` /
     `retry_budget_s`: how long one request keeps trying (attempts, and seconds after the first).
     """
 
@@ -239,6 +241,7 @@ class StorageConfig(BaseModel):
     cache_dir: str | None = None
     cache_limit_bytes: int | None = Field(default=None, gt=0)
     fetch_concurrency: int = Field(default=4, ge=1, le=64)
+    prefetch_shards: int = Field(default=16, ge=0, le=4096)
     retry_attempts: int = Field(default=10, ge=1)
     retry_budget_s: float = Field(default=120.0, gt=0)
 

@@ -1,0 +1,133 @@
+"""What a dataset over caches at object-store URLs adds to its reads: the disk bound checked when
+the dataset opens, and the plan-driven shard prefetch of each read.
+
+Boundary: handles and windows in; no sampling state and no bytes (the prefetcher is
+`runtime.prefetch`, the node cache `storage.node_cache`). Local caches make both a no-op.
+
+The disk bound: a read of remote caches keeps their small files (index, metadata, checksums,
+dictionary) on the node for the dataset's life, plus the shards its order reads close together.
+Under a node-cache limit (`StorageConfig.cache_limit_bytes`) the order decides how many that is:
+- everything fits: any order;
+- ordered reads (`shuffle=False`) read shard after shard: two shards at a time;
+- `sampling="locality"` reads `window_shards` shards interleaved, one window after another: a
+  window of shards plus the one the next window starts with;
+- any other shuffled order touches every shard throughout an epoch, so all of them must fit
+  (below that every epoch would download the dataset many times over).
+A dataset whose order cannot fit is refused at open with `DiskLimitError` naming the need, the
+limit and the order that would fit, rather than thrashing the node cache for a whole epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence, Sized
+from typing import Any, Generic, TypeVar
+
+from datasetrt.errors import DiskLimitError
+from datasetrt.format.reader import CacheHandle
+from datasetrt.format.remote import small_files
+from datasetrt.runtime.local import Chunk
+from datasetrt.runtime.prefetch import ShardPrefetcher
+from datasetrt.values.config import ReaderConfig
+
+_T = TypeVar("_T", bound=Sized)
+
+
+def _remote(handles: Sequence[CacheHandle]) -> list[CacheHandle]:
+    return [h for h in handles if h.remote is not None]
+
+
+def _small_bytes(handle: CacheHandle) -> int:
+    total = 0
+    for name, size, _sha256 in small_files(handle.manifest):
+        if size is None:
+            try:
+                size = (handle.path / name).stat().st_size
+            except OSError:
+                size = 0
+        total += size
+    return total
+
+
+def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> None:
+    """Refuse a dataset whose read order cannot fit the node cache's limit (module docstring)."""
+    remote = _remote(handles)
+    if not remote:
+        return
+    limit = config.storage.cache_limit_bytes
+    if limit is None:
+        return
+    shard_sizes = [s.byte_len for h in remote for s in h.manifest.shards]
+    largest = max(shard_sizes, default=0)
+    resident = sum(_small_bytes(h) for h in remote)
+    everything = resident + sum(shard_sizes)
+    if everything <= limit:
+        return
+    if not config.shuffle:
+        need, order = resident + 2 * largest, "an ordered read (shuffle=False)"
+    elif config.sampling == "locality":
+        need = resident + (config.window_shards + 1) * largest
+        order = f'sampling="locality" with window_shards={config.window_shards}'
+    else:
+        need, order = everything, f'a shuffled read with sampling="{config.sampling}"'
+    if need <= limit:
+        return
+    hint = (
+        'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
+        if config.shuffle and config.sampling != "locality"
+        else "lower window_shards or raise cache_limit_bytes"
+    )
+    raise DiskLimitError(
+        f"the node-local cache limit of {limit} bytes (StorageConfig.cache_limit_bytes) cannot hold what "
+        f"{order} over {remote[0].source}{' and others' if len(remote) > 1 else ''} needs at once: "
+        f"{need} bytes (small files {resident} + shards of up to {largest} bytes); {hint}",
+        limit_bytes=limit,
+        need_bytes=need,
+    )
+
+
+def prefetcher(handles: Sequence[CacheHandle], window: Any) -> ShardPrefetcher | None:
+    """The prefetcher of one read of `window`, or None (no remote cache, prefetch off, empty).
+    Under a node-cache limit the look-ahead holds at most half of it."""
+    remote = _remote(handles)
+    if not remote or window.length == 0:
+        return None
+    first = remote[0].remote
+    assert first is not None  # _remote keeps the handles that have one
+    storage = first.storage
+    ahead = storage.prefetch_shards
+    if storage.limit_bytes is not None:
+        largest = max((s.byte_len for h in remote for s in h.manifest.shards), default=1)
+        ahead = min(ahead, storage.limit_bytes // (2 * max(1, largest)))
+    if ahead <= 0:
+        return None
+    return ShardPrefetcher(handles, window, lookahead=ahead, concurrency=storage.fetch_concurrency)
+
+
+def prefetched_chunks(chunks: Iterator[Chunk], fetcher: ShardPrefetcher) -> Iterator[Chunk]:
+    """`chunks` as they come, telling `fetcher` each one's end; closes it when done or dropped."""
+    try:
+        for chunk in chunks:
+            fetcher.advance(chunk.first + chunk.rows)
+            yield chunk
+    finally:
+        fetcher.close()
+
+
+class Advancing(Generic[_T]):
+    """`items` as they come, telling `fetcher` the positions consumed (`len` of each item from
+    window position `start`). An iterator object, not a generator: it keeps no reference to an
+    item once returned (a batch's ring slot returns as soon as the consumer drops it)."""
+
+    def __init__(self, items: Iterator[_T], fetcher: ShardPrefetcher, start: int = 0) -> None:
+        self._items = items
+        self._fetcher = fetcher
+        self._position = start
+
+    def __iter__(self) -> Advancing[_T]:
+        return self
+
+    def __next__(self) -> _T:
+        item = next(self._items)
+        self._position += len(item)
+        self._fetcher.advance(self._position)
+        return item
