@@ -132,7 +132,9 @@ def test_prefetch_fetches_in_first_need_order_and_stays_within_its_look_ahead(ur
     cfg = drt.ReaderConfig(seed=9, shuffle=True, sampling="locality", window_shards=2)
     ds = drt.CachedDataset(urls, reader_config=cfg.model_copy(update={"storage": storage(s3_proxy, tmp_path)}))
     handles = ds._handles
-    win = window(ds._population, 0, len(ds), shuffle=True, seed=9, ordering=Ordering("locality", 2, ds._reads.row_shards))
+    win = window(
+        ds._population, 0, len(ds), shuffle=True, seed=9, ordering=Ordering("locality", 2, ds._reads.row_shards)
+    )
     rows = win.rows(0, win.length)
     cache_pos, sample_id = win.population.resolve(rows)
     need: list[tuple[int, int]] = []
