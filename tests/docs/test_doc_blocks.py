@@ -1,6 +1,9 @@
 """Every ```python and ```bash block of README.md and docs/*.md runs as pasted (tests/docs/blocks.py
 says how; a block that must not run in tests carries `<!-- doc-test: skip REASON -->` above it).
-One subprocess per file runs its blocks in order in a temporary directory."""
+One subprocess per file runs its blocks in order in a temporary directory. A page about object
+storage (S3_PAGES) runs against a real S3 server started for it (moto's, tests/servers/moto.py)
+with an empty bucket `my-bucket`, reached through the standard AWS_* variables the page tells its
+reader to set."""
 
 from __future__ import annotations
 
@@ -16,9 +19,11 @@ from tests.docs.blocks import parse, prepare_cwd
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TIMEOUT_S = 600
+S3_PAGES = {"docs/object-storage.md"}
+S3_BUCKET = "my-bucket"
 
 
-def run_file(text: str, label: str, cwd: Path) -> subprocess.CompletedProcess:
+def run_file(text: str, label: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the runnable, unskipped blocks of a Markdown `text` in `cwd` through the driver."""
     blocks = [{"lang": b.lang, "line": b.line, "code": b.code} for b in parse(text) if b.kind and b.skip is None]
     job = json.dumps({"file": label, "checkout": str(ROOT), "blocks": blocks})
@@ -29,7 +34,7 @@ def run_file(text: str, label: str, cwd: Path) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         cwd=cwd,
-        env=_env(),
+        env={**_env(), **(env or {})},
         timeout=TIMEOUT_S,
         check=False,
     )
@@ -51,7 +56,22 @@ def test_doc_blocks_run_as_pasted(doc, tmp_path):
     blocks = parse(doc.read_text())
     if not any(b.kind and b.skip is None for b in blocks):
         pytest.skip(f"{label} has no runnable block")
-    out = run_file(doc.read_text(), label, tmp_path)
+    if label in S3_PAGES:
+        from tests.servers.moto import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, REGION, MotoServer
+
+        with MotoServer() as server:
+            server.create_bucket(S3_BUCKET)
+            env = {
+                "AWS_ENDPOINT_URL": server.endpoint,
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_REGION": REGION,
+                "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_ACCESS_KEY,
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
+            out = run_file(doc.read_text(), label, tmp_path, env)
+    else:
+        out = run_file(doc.read_text(), label, tmp_path)
     assert out.returncode == 0, f"{label}: a block failed\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
     ran = [line for line in out.stdout.splitlines() if line.startswith("--- running ")]
     assert len(ran) == sum(1 for b in blocks if b.kind and b.skip is None)
