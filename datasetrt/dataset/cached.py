@@ -356,9 +356,11 @@ class CachedDataset:
             self._cursor, self._draw_offset, self._epoch_len = state.cursor, state.draw_offset, state.epoch_len
 
     def cache_identity(self) -> CacheIdentity:
-        """The caches' logical and physical identity (computed once)."""
+        """The caches' logical and physical identity (computed once). A cache at a URL is named by
+        its URL, so a process that reopens it goes through its own node cache, as this one did."""
         caches = self._reads.worker_caches
-        return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, caches.cache_dirs, caches.key)
+        where = tuple(h.source if h.remote is not None else d for h, d in zip(self._handles, caches.cache_dirs))
+        return CacheIdentity(self._catalog.cache_ids, self._catalog.counts, where, caches.key)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ class CursorState:
 class CacheIdentity:
     """A dataset's caches, two ways. Logical: `cache_ids` (uint64) and `sample_counts` (int64),
     one per cache in path order — the same for a copy of the caches elsewhere (resume states name
-    it). Physical: `cache_dirs` (absolute directories, path order) and `key`, which also covers
+    it). Physical: `cache_dirs` (absolute directories, or the URL of a cache in object storage; path order) and `key`, which also covers
     each cache's manifest and index as opened (device, inode, mtime) and the verify flag, so a
     process that reopens the directories can refuse caches rewritten since."""
 

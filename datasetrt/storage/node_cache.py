@@ -12,7 +12,8 @@ Layout (one root per node, e.g. on local NVMe; every path below is relative to i
       shards/000000.bin               the directory opens as a local cache once its small files are in
     .work/space.lock                flock: held while the directory's usage is counted and space reserved
     .work/<mirror>/SOURCE           JSON {"url", "version"}: which remote cache the mirror holds
-    .work/<mirror>/<name>.lock      flock per file: EX while it is fetched or evicted, SH while pinned
+    .work/<mirror>/<name>.lock      flock per file: EX while it is fetched (or evicted)
+    .work/<mirror>/<name>.pin       flock per file: SH while pinned, EX (non-blocking) while evicted
     .work/<mirror>/<name>.part-<N>  a download in progress of an N-byte file (kept across failures)
 
 `<mirror>` is `<last URL segment>-<first 20 hex digits of sha256(url + "\\n" + version)>`:
@@ -40,9 +41,12 @@ Invariants:
   space is checked the same way (DiskFullError up front when it cannot hold the file), and ENOSPC
   during a download is a DiskFullError naming the root; its partial is removed, so a full disk is
   not kept full by a reservation.
-- Pins (`ensure(..., pin=True)`, `pin`, `unpin`) are shared flocks held by this process until
-  unpinned or `release_all()`; eviction (by any process) takes the file's lock exclusively without
-  waiting, so it never removes a pinned or in-flight file. Removing a file that a reader has open is
+- Pins (`ensure(..., pin=True)`, `pin`, `unpin`) are shared flocks on the file's `.pin` lock held
+  by this process until unpinned or `release_all()`; eviction (by any process) takes both of the
+  file's locks exclusively without waiting, so it never removes a pinned or in-flight file. The two
+  locks are separate so that a process waiting for a download (exclusive on `.lock`) never waits
+  on a pin: a pin may be held by a look-ahead that is itself waiting for the read that waits.
+  Nothing ever blocks on a `.pin` lock but a pin taker during an eviction's unlink. Removing a file that a reader has open is
   safe (POSIX unlink), so pins are about not re-downloading what a look-ahead still needs. A path
   returned without a pin can be evicted before it is opened: open it promptly or pin it.
 - Fork: pins belong to the process that took them; a forked child starts with none (it closes
@@ -67,7 +71,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from datasetrt.errors import CacheIOError, ConfigError, DiskFullError, DiskLimitError, IntegrityError, StorageError
+from datasetrt.errors import CacheIOError, ConfigError, DiskFullError, DiskLimitError, IntegrityError
 from datasetrt.storage.objects import ObjectStore
 from datasetrt.storage.urls import relative_name
 
@@ -76,7 +80,6 @@ SPACE_LOCK = "space.lock"
 SOURCE_FILE = "SOURCE"
 DEFAULT_SMALL_MAX_BYTES = 256 << 20  # bound of a file fetched without a known size
 _PART_RE = re.compile(r"^(.+)\.part-(\d+)$")
-_HOLD_ROUNDS = 8  # pin attempts when evictions keep racing the conversion to a shared lock
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _T = TypeVar("_T")
@@ -85,7 +88,8 @@ _T = TypeVar("_T")
 @dataclass(frozen=True)
 class _Entry:
     path: Path
-    lock: Path
+    lock: Path  # the fetch lock
+    pin: Path | None  # the pin lock (complete files; None for partials)
     size: int  # bytes counted against the limit
     atime_ns: int
     partial: bool
@@ -151,7 +155,8 @@ class NodeCache:
                         continue
                     rel = path.relative_to(self.root)
                     lock = self.work / rel.parent / f"{rel.name}.lock"
-                    entries.append(_Entry(path, lock, st.st_size, st.st_atime_ns, False))
+                    pin = self.work / rel.parent / f"{rel.name}.pin"
+                    entries.append(_Entry(path, lock, pin, st.st_size, st.st_atime_ns, False))
         for dirpath, _, files in os.walk(self.work):
             for file in files:
                 match = _PART_RE.match(file)
@@ -163,7 +168,7 @@ class NodeCache:
                 except FileNotFoundError:
                     continue
                 lock = Path(dirpath, f"{match.group(1)}.lock")
-                entries.append(_Entry(path, lock, max(int(match.group(2)), st.st_size), st.st_mtime_ns, True))
+                entries.append(_Entry(path, lock, None, max(int(match.group(2)), st.st_size), st.st_mtime_ns, True))
         return entries
 
     def usage_bytes(self) -> int:
@@ -176,20 +181,25 @@ class NodeCache:
         return fd
 
     def _try_evict(self, entry: _Entry) -> bool:
-        """Remove `entry` if nobody holds its lock (pinned, being fetched or evicted): non-blocking."""
-        fd = _open_lock(entry.lock)
+        """Remove `entry` if nobody holds its locks (pinned, being fetched or evicted): non-blocking."""
+        fds: list[int] = []
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
+            for lock in (entry.lock, entry.pin):
+                if lock is None:
+                    continue
+                fds.append(_open_lock(lock))
+                try:
+                    fcntl.flock(fds[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
             try:
                 entry.path.unlink()
             except FileNotFoundError:
                 return False
             return True
         finally:
-            os.close(fd)  # closing releases the lock
+            for fd in fds:
+                os.close(fd)  # closing releases the lock
 
     def _make_room_locked(self, need: int, *, keep: Path | None, url: str) -> None:
         """Under space.lock: evict until `need` more bytes fit the limit and the file system."""
@@ -330,6 +340,9 @@ class Mirror:
     def _lock_path(self, rel: str) -> Path:
         return self.work / f"{rel}.lock"
 
+    def _pin_path(self, rel: str) -> Path:
+        return self.work / f"{rel}.pin"
+
     def _partial_path(self, rel: str, size: int) -> Path:
         return self.work / f"{rel}.part-{size}"
 
@@ -378,42 +391,38 @@ class Mirror:
         return self._hold(rel, final, len(data), pin, place)
 
     def _hold(self, rel: str, final: Path, size: int | None, pin: bool, produce: Callable[[], None]) -> Path:
-        lock = self._lock_path(rel)
-        if pin and self.cache._pinned(lock):
+        """`final`, complete: produced under the file's exclusive fetch lock unless present; with
+        `pin`, a shared pin lock is taken first and kept (handed to the pin table), so no eviction
+        can slip in between the check and the pin."""
+        pin_lock = self._pin_path(rel)
+        if pin and self.cache._pinned(pin_lock):
             if _complete(final, size):
-                extra = _open_lock(lock)
+                extra = _open_lock(pin_lock)
                 fcntl.flock(extra, fcntl.LOCK_SH)
-                self.cache._add_pin(lock, extra)
+                self.cache._add_pin(pin_lock, extra)
                 _touch(final)
                 return final
-            self.cache._unpin(lock, all_counts=True)  # removed behind our back: our pin must not block the fetch
-        fd = _open_lock(lock)
-        handed_over = False  # True once the pin table owns fd
+            self.cache._unpin(pin_lock, all_counts=True)  # removed behind our back: a stale pin
+        pin_fd = _open_lock(pin_lock) if pin else None
         try:
-            for _ in range(_HOLD_ROUNDS):
-                if pin:
-                    fcntl.flock(fd, fcntl.LOCK_SH)
-                    if _complete(final, size):
-                        self.cache._add_pin(lock, fd)
-                        handed_over = True
-                        _touch(final)
-                        return final
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                if not _complete(final, size):
-                    produce()
-                if not pin:
-                    _touch(final)
-                    return final
-                fcntl.flock(fd, fcntl.LOCK_UN)  # and pin it on the next round (evictions may slip in)
-            raise StorageError(
-                f"{self.store.url_of(rel)}: could not pin {final}: it was evicted {_HOLD_ROUNDS} times while pinning",
-                url=self.store.url_of(rel),
-                operation="ensure",
-            )
+            if pin_fd is not None:
+                fcntl.flock(pin_fd, fcntl.LOCK_SH)
+            if not _complete(final, size):
+                fd = _open_lock(self._lock_path(rel))
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)  # waits only for another fetch of this file
+                    if not _complete(final, size):
+                        produce()
+                finally:
+                    os.close(fd)  # releases the fetch lock
+            _touch(final)
+            if pin_fd is not None:
+                self.cache._add_pin(pin_lock, pin_fd)
+                pin_fd = None  # the pin table owns it
+            return final
         finally:
-            if not handed_over:
-                os.close(fd)  # releases whatever lock it holds
+            if pin_fd is not None:
+                os.close(pin_fd)  # releases the pin lock
 
     def _fetch(self, rel: str, final: Path, size: int | None, sha256: str | None, max_bytes: int) -> None:
         """Under the file's exclusive lock: download, verify and publish `rel`."""
@@ -513,7 +522,7 @@ class Mirror:
         """Pin `name` if it is complete in the mirror (True), without fetching it."""
         rel = relative_name(name)
         final = self.dir / rel
-        lock = self._lock_path(rel)
+        lock = self._pin_path(rel)
         fd = _open_lock(lock)
         fcntl.flock(fd, fcntl.LOCK_SH)
         if not _complete(final, None):
@@ -524,7 +533,7 @@ class Mirror:
 
     def unpin(self, name: str) -> None:
         """Drop one pin of `name` taken by this process."""
-        self.cache._unpin(self._lock_path(relative_name(name)))
+        self.cache._unpin(self._pin_path(relative_name(name)))
 
     def evict(self, names: Iterable[str]) -> int:
         """Remove these complete files from the mirror unless another process holds them (pinned
@@ -533,14 +542,14 @@ class Mirror:
         freed = 0
         for name in names:
             rel = relative_name(name)
-            lock = self._lock_path(rel)
-            self.cache._unpin(lock, all_counts=True)
+            pin = self._pin_path(rel)
+            self.cache._unpin(pin, all_counts=True)
             final = self.dir / rel
             try:
                 size = final.stat().st_size
             except FileNotFoundError:
                 continue
-            if self.cache._try_evict(_Entry(final, lock, size, 0, False)):
+            if self.cache._try_evict(_Entry(final, self._lock_path(rel), pin, size, 0, False)):
                 freed += size
         return freed
 

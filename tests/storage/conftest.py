@@ -22,6 +22,9 @@ from tests.servers.fixtures import proxy_options
 
 FAST = RetryPolicy(attempts=4, budget_s=60.0, initial_backoff_s=0.005, max_backoff_s=0.02)
 DEADLINE_S = 60.0  # hang guard of every bounded wait here
+# threads of the test's own servers (the proxy restarted by down()/up(), and its request threads
+# that serve a client's idle keep-alive connections): not the code under test
+SERVER_THREADS = ("fault-proxy", "(process_request_thread)")
 MiB = 1 << 20
 
 
@@ -73,7 +76,11 @@ def wait_until_settled(me, servers, threads, timeout_s: float = 30.0):
     deadline = time.monotonic() + timeout_s
     while True:
         kids = {c.pid for c in me.children(recursive=True) if c.pid not in servers and _alive(c) and not _tracker(c)}
-        extra_threads = [t.name for t in threading.enumerate() if t.ident not in threads and t.is_alive()]
+        extra_threads = [
+            t.name
+            for t in threading.enumerate()
+            if t.ident not in threads and t.is_alive() and not any(n in t.name for n in SERVER_THREADS)
+        ]
         if not kids and not extra_threads:
             return None
         if time.monotonic() > deadline:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import threading
 
 import pytest
 
 from datasetrt.errors import DiskLimitError, IntegrityError, StorageUnreachableError
 from datasetrt.storage.node_cache import NodeCache
 from tests.storage._workers import ensure_many
-from tests.storage.conftest import DEADLINE_S, MiB, make_store, payload, sha
+from tests.storage.conftest import DEADLINE_S, MiB, make_store, payload, sha, wait_until
 
 SHARD = "shards/000000.bin"
 KEY = "caches/a/shards/000000.bin"
@@ -264,3 +265,45 @@ def _forked_ensure(store, root, specs, results):
         results.put(("ok", paths, bridge.helper_pid()))
     except BaseException as exc:
         results.put(("error", repr(exc), None))
+
+
+def test_a_waiter_for_a_download_is_not_blocked_by_the_pin_the_downloader_then_takes(s3_proxy, remote, tmp_path):
+    """A look-ahead (thread A) downloads and pins a file while a read (thread B) waits for that
+    download; A keeps its pin until B is done (as a prefetcher does until the read reaches the
+    file). B must get the file once A's download lands, not wait on A's pin."""
+    store, files = remote
+    data = files[SHARD]
+    mirror = NodeCache(tmp_path / "node").mirror(store)
+    stall = s3_proxy.stall(KEY, 1000, resume=True)
+    done: dict[str, object] = {}
+
+    def downloader():
+        done["a"] = mirror.ensure(SHARD, size=len(data), sha256=sha(data), pin=True)
+
+    def reader():
+        done["b_tid"] = threading.get_native_id()
+        done["b"] = mirror.ensure(SHARD, size=len(data), sha256=sha(data))
+
+    a = threading.Thread(target=downloader)
+    a.start()
+    wait_until(stall.reached.is_set, what="the download to be under way")
+    b = threading.Thread(target=reader)
+    b.start()
+    wait_until(lambda: _waits_on_a_lock(done.get("b_tid")), what="the reader to wait for the download's lock")
+    stall.release()
+    a.join(DEADLINE_S)
+    b.join(DEADLINE_S)
+    assert not a.is_alive() and not b.is_alive(), "the reader waited on the downloader's pin"
+    assert done["a"] == done["b"] == mirror.dir / SHARD
+    assert s3_proxy.count("GET", KEY) == 1
+    mirror.cache.release_all()
+
+
+def _waits_on_a_lock(tid) -> bool:
+    if tid is None:
+        return False
+    try:
+        with open(f"/proc/self/task/{tid}/wchan") as f:
+            return "lock" in f.read()
+    except FileNotFoundError:
+        return False
