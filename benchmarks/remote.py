@@ -1,30 +1,46 @@
-"""Object storage: reading one dataset from a real S3 server (moto's), datasetrt beside MosaicML
-Streaming and LitData, cold (an empty node cache) and warm (the second epoch), with the raw GET
-rate of the same objects as the physical floor.
+"""Object storage: reading one dataset from a real S3 server (moto's) over a shaped link, datasetrt
+beside MosaicML Streaming and LitData, cold (an empty node cache) and warm (the second epoch),
+with datasetrt reading the same cache from local disk as the reference for warm reads, datasetrt
+under a node-cache limit, and the raw GET rate of the same objects as the physical floor.
 
 Usage: python -m benchmarks.remote [--quick | --smoke] [--repeats R] [--peer-python PY]
-                                   [--transports https,http] [--no-peers] [--profile FILE]
+                                   [--rate 800mbit] [--latency-ms 20] [--no-shape | --shape]
+                                   [--transports https,http] [--no-peers] [--window-shards W]
+                                   [--profile FILE] [--py-spy FILE] [--plot PNG]
                                    [--out bench-out/remote.json] [--report bench-out/remote.json]
 
 Data (benchmarks.remote_records): N records of 16 KiB seeded random bytes (the first 8 bytes are
 the record's index) and an int label; full 16,384 records (256 MiB, 16 MiB shards), --quick 3,072
 (48 MiB, 8 MiB shards), --smoke 512 (8 MiB, 1 MiB shards; datasetrt and the floor only, one
-repeat, seconds). Each tool writes its own store of those records with shards of the same size:
-datasetrt `DatasetRuntime.write_cache(..., "s3://bench/drt", writer_config=WriterConfig(storage=
-StorageConfig(options=...)))`, Streaming MDS and LitData optimized chunks uploaded with boto3
-(benchmarks.remote_peers).
+repeat, unshaped, seconds). Each tool writes its own store of those records with shards of the
+same size: datasetrt `DatasetRuntime.write_cache(..., "s3://bench/drt", writer_config=
+WriterConfig(storage=StorageConfig(options=...)))`, Streaming MDS and LitData optimized chunks
+uploaded with boto3 (benchmarks.remote_peers).
 
 Servers (benchmarks.remote_servers): moto's server (tests/servers/moto.py) behind the tests'
 FaultProxy, which counts requests and body bytes per contender; for https a TLS front (a
 throw-away CA made for the run, trusted through SSL_CERT_FILE / AWS_CA_BUNDLE) before the proxy.
-Everything on loopback. LitData's chunk reads (obstore) refuse plain http, so the comparison of
-all three is over https; datasetrt and Streaming are also read over http.
+LitData's chunk reads (obstore) refuse plain http, so the comparison of all three is over https;
+datasetrt and Streaming are also read over http.
+
+Network (benchmarks.remote_net; default except --smoke): the proxy and the TLS front listen on
+the host end of a veth pair into a network namespace made for the run, each end rate-limited by
+a token bucket (`--rate`, tc tbf), and every reader child (contenders and floor) enters that
+namespace before it starts, so all of its traffic crosses the link; the proxy also holds each
+request `--latency-ms` before forwarding it (a first-byte latency per request: the kernel has no
+netem). Checked per run: the child's namespace, and the bytes the link carried >= the bytes the
+proxy served. `--no-shape` (or no root / no `ip netns`) reads over loopback, and the report says
+why. Writes and uploads are not shaped and not timed.
 
 Contenders, each run in a fresh child process per repeat with a fresh local cache directory:
   datasetrt              CachedDataset(["s3://bench/drt/<cache>"], reader_config=ReaderConfig(
-                         sampling="locality", window_shards=8, shuffle=True, seed=SEED,
+                         sampling="locality", window_shards=W, shuffle=True, seed=SEED,
                          storage=StorageConfig(options=..., cache_dir=<fresh>)), runtime=None or
                          DatasetRuntime(num_workers=2)), iter_batches(256) with the label column
+  datasetrt, local disk  the same reader over the directory the previous datasetrt run left in
+                         its node cache (its mirror: the same cache, now local), same order
+  datasetrt, limit       StorageConfig(cache_limit_bytes=L) with L a fraction of the stored
+                         bytes (full 1/4) and the largest window_shards the disk bound accepts
   MosaicML Streaming     StreamingDataset(remote=..., local=<fresh>, shuffle=True, batch_size=256)
                          in a torch DataLoader(batch_size=256, num_workers=0 or 2)
   LitData                litdata.StreamingDataset("s3://...", cache_dir=<fresh>, shuffle=True,
@@ -34,13 +50,14 @@ Contenders, each run in a fresh child process per repeat with a fresh local cach
 The peers run in their own venv (--peer-python, default /tmp/peervenv/bin/python, see
 docs/benchmarks.md); without it their rows say "skipped: <reason>".
 
-Figures per contender (medians over the repeats, min-max beside): cold epoch (construction of the
-dataset, its index fetch included, to the last batch) in MiB/s and samples/s, its first batch,
-the warm epoch (the same loader's second pass), requests and body bytes the proxy served during
-the cold and the warm epoch, the most GETs of any one object, the local disk the cache dir holds
-afterwards, peak PSS of the child's process tree (workers and helpers included, sampled from
-here), and ratios to datasetrt in the same run. Every timed pass is checked (every record exactly
-once, labels, a payload checksum; benchmarks.remote_records.Tally) and the first repeat of each
+Figures per contender and pass (benchmarks.remote_report; medians over the repeats): first batch
+(seconds from the dataset's construction, its index fetch included, for the cold pass; from the
+pass's start for the warm one), steady samples/s (the samples after the first batch over the
+time after it), epoch samples/s, bytes the proxy served during the pass over the bytes the tool
+stored, GETs, the most GETs in flight, peak local disk (the cache directory's allocated blocks,
+sampled every 50 ms from here), peak PSS of the child's process tree (sampled from here), and the
+targets of the object-storage issue. Every timed pass is checked (every record exactly once,
+labels, a payload checksum; benchmarks.remote_records.Tally) and the first repeat of each
 contender digests every payload on an extra untimed pass; a mismatch is printed and exits 1.
 No speed is asserted.
 """
@@ -52,9 +69,9 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -67,18 +84,21 @@ BATCH = 256
 RECORD = 16 << 10
 WORKERS = 2
 BUCKET = "bench"
-MODES = {  # records, shard bytes, default cold repeats
-    "full": (16384, 16 << 20, 3),
-    "quick": (3072, 8 << 20, 3),
-    "smoke": (512, 1 << 20, 1),
+MODES = {  # records, shard bytes, default cold repeats, node-cache limit as a fraction of the stored bytes
+    "full": (16384, 16 << 20, 3, 0.25),
+    "quick": (3072, 8 << 20, 3, 0.5),
+    "smoke": (512, 1 << 20, 1, 0.5),
 }
 OURS = "datasetrt"
 STREAMING = "MosaicML Streaming"
 LITDATA = "LitData"
 FLOOR = "GET floor (obstore)"
+REMOTE, LOCAL, LIMIT = "remote", "local disk", "limit"  # datasetrt's variants
 PREFIX = {OURS: "drt", STREAMING: "mds", LITDATA: "lit"}
 DEFAULT_PEER_PYTHON = os.environ.get("DATASETRT_BENCH_PEER_PYTHON", "/tmp/peervenv/bin/python")
+PY_SPY = os.environ.get("DATASETRT_BENCH_PY_SPY", "/tmp/pyspy/bin/py-spy")
 CHILD_TIMEOUT_S = 900.0
+SAMPLE_S = 0.05
 
 
 # ---------------------------------------------------------------------------- children (main venv)
@@ -114,16 +134,38 @@ def child_write(spec: dict) -> dict:
     return {"url": str(result.path), "write_s": time.perf_counter() - t0}
 
 
+def pass_figures(tally, seconds: float, first_s: float | None, first_n: int | None, wall0: float) -> dict:
+    """One timed pass: its time, first batch (seconds, samples), what it delivered, its wall span."""
+    return {
+        "s": seconds,
+        "first_batch_s": first_s,
+        "first_n": first_n or 0,
+        "samples": tally.samples,
+        "bytes": tally.bytes,
+        "wall": [wall0, time.time()],
+        "order_head": tally.order_head(),
+    }
+
+
 def child_read(spec: dict) -> dict:
-    """datasetrt's cold epoch (construction to last batch), warm epoch, optional digest pass."""
+    """datasetrt's cold epoch (construction to last batch), warm epoch, optional digest pass.
+    `spec["url"]` is the s3:// cache, or (the local-disk reference) a local directory holding the
+    same cache; `limit_bytes` is StorageConfig.cache_limit_bytes."""
     import numpy as np
 
     import datasetrt as drt
     from benchmarks.remote_records import Tally
 
     size = spec["size"]
-    storage = drt.StorageConfig(options=spec["options"], cache_dir=spec["cache_dir"])
-    cfg = drt.ReaderConfig(seed=SEED, shuffle=True, sampling="locality", window_shards=8, storage=storage)
+    storage = drt.StorageConfig(
+        options=spec["options"],
+        cache_dir=spec["cache_dir"],
+        cache_limit_bytes=spec.get("limit_bytes"),
+        **spec.get("storage", {}),
+    )
+    cfg = drt.ReaderConfig(
+        seed=SEED, shuffle=True, sampling="locality", window_shards=spec["window_shards"], storage=storage
+    )
     # The metadata stack a label column needs is imported before the clock, as every contender's
     # libraries are: polars, pyarrow, and pandas, which pyarrow imports on its first pa.array()
     # when it is installed (0.5-0.8 s on datasetrt's first batch here otherwise).
@@ -148,10 +190,10 @@ def child_read(spec: dict) -> dict:
         tally = Tally(spec["expect"])
         wall0 = t_open if name == "cold" else time.time()
         t0 = start if name == "cold" else time.perf_counter()
-        first = None
+        first = first_n = None
         for b in ds.iter_batches(BATCH):
             if first is None:
-                first = time.perf_counter() - t0
+                first, first_n = time.perf_counter() - t0, len(b)
             rows = np.frombuffer(b.data, dtype=np.uint8).reshape(len(b), size)
             tally.add_rows(rows, b.columns(["label"])["label"])
             del rows, b
@@ -160,14 +202,7 @@ def child_read(spec: dict) -> dict:
             profiler.disable()
             profiler.dump_stats(spec["profile"])
             profiler = None
-        result["passes"][name] = {
-            "s": dt,
-            "first_batch_s": first,
-            "samples": tally.samples,
-            "bytes": tally.bytes,
-            "wall": [wall0, time.time()],
-            "order_head": tally.order_head(),
-        }
+        result["passes"][name] = pass_figures(tally, dt, first, first_n, wall0)
         result["problems"] += [f"{name}: {p}" for p in tally.problems()]
     if spec.get("verify"):
         d = Digest()
@@ -215,6 +250,11 @@ def child_floor(spec: dict) -> dict:
 
 
 def run_child(spec: dict) -> None:
+    netns_inode = None
+    if spec.get("netns"):  # first, before any thread: the whole child reads over the shaped link
+        from benchmarks.remote_net import enter
+
+        netns_inode = enter(spec["netns"])
     os.environ.update(spec.get("env", {}))
     task = spec["task"]
     try:
@@ -223,18 +263,73 @@ def run_child(spec: dict) -> None:
         import traceback
 
         figures = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc()[-4000:]}
+    figures["netns_inode"] = netns_inode
     print(json.dumps(figures), flush=True)
 
 
 # ---------------------------------------------------------------------------- orchestration
 
 
-def launch(spec: dict, python: str | None = None, peak_pss: bool = False) -> dict:
-    """One child (`benchmarks.remote` in this venv, `benchmarks.remote_peers` in the peers' venv)."""
-    module = "benchmarks.remote_peers" if python else "benchmarks.remote"
-    child = child_process(
-        ["-m", module, "--child", json.dumps(spec)], timeout_s=CHILD_TIMEOUT_S, peak_pss=peak_pss, python=python
-    )
+class Sampler:
+    """While a child runs: the link's transmitted bytes (the host end of the shaped link, from
+    sysfs) and the local disk the cache directory holds, every SAMPLE_S; `peak_disk`,
+    `peak_unlinked` (the part of it in files removed from the directory but still open in this
+    process's descendants: their blocks stay allocated until closed), `timeline` [(time.time(),
+    link bytes)]."""
+
+    def __init__(self, cache_dir: Path | None, link_dev: str | None) -> None:
+        self.cache_dir = cache_dir
+        self.stat = Path(f"/sys/class/net/{link_dev}/statistics/tx_bytes") if link_dev else None
+        self.peak_disk = 0
+        self.peak_unlinked = 0
+        self.timeline: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="remote-sampler", daemon=True)
+
+    def sample(self) -> None:
+        if self.stat is not None:
+            try:
+                self.timeline.append((time.time(), int(self.stat.read_text())))
+            except (OSError, ValueError):
+                pass
+        if self.cache_dir is not None:
+            unlinked = unlinked_bytes(str(self.cache_dir))
+            self.peak_unlinked = max(self.peak_unlinked, unlinked)
+            self.peak_disk = max(self.peak_disk, disk_bytes(self.cache_dir) + unlinked)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self.sample()
+
+    def __enter__(self) -> Sampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def link_bytes(self, t0: float = 0.0, t1: float = float("inf")) -> int | None:
+        """Bytes the link carried between the samples nearest t0 and t1 (None: no link)."""
+        inside = [b for t, b in self.timeline if t0 - SAMPLE_S <= t <= t1 + SAMPLE_S]
+        return inside[-1] - inside[0] if len(inside) >= 2 else (None if self.stat is None else 0)
+
+
+def launch(
+    spec: dict,
+    python: str | None = None,
+    peak_pss: bool = False,
+    module: str = "benchmarks.remote",
+    sampler: Sampler | None = None,
+) -> dict:
+    """One child (`benchmarks.remote` in this venv, `benchmarks.remote_peers` in the peers' venv;
+    `python` may be a wrapper that runs the interpreter, e.g. under py-spy)."""
+    with sampler or Sampler(None, None):
+        child = child_process(
+            ["-m", module, "--child", json.dumps(spec)], timeout_s=CHILD_TIMEOUT_S, peak_pss=peak_pss, python=python
+        )
     failure = child.failure()
     figures = child.figures or {}
     if failure and not figures.get("error"):
@@ -272,6 +367,41 @@ def disk_bytes(path: Path) -> int:
             except FileNotFoundError:
                 pass
     return total
+
+
+def unlinked_bytes(under: str) -> int:
+    """Blocks of files once under `under`, removed, and still open in a descendant process of
+    this one (counted once per inode)."""
+    import psutil
+
+    seen: dict[tuple[int, int], int] = {}
+    prefix = under.rstrip("/") + "/"
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return 0
+    for proc in procs:
+        fd_dir = f"/proc/{proc.pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if not (target.startswith(prefix) and target.endswith(" (deleted)")):
+                    continue
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def mirror_dir(cache_dir: Path) -> Path | None:
+    """The one mirror directory a datasetrt run left in its node cache (the cache, now local)."""
+    dirs = [p for p in cache_dir.iterdir() if p.is_dir() and not p.name.startswith(".")] if cache_dir.exists() else []
+    return dirs[0] if len(dirs) == 1 else None
 
 
 def peers_missing(python: str) -> dict[str, str]:
@@ -314,30 +444,64 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--peer-python", default=DEFAULT_PEER_PYTHON, help="the peers' venv interpreter")
     parser.add_argument("--no-peers", action="store_true", help="datasetrt and the floor only")
     parser.add_argument("--transports", default=None, help="comma list of https,http (default both; smoke: http)")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--no-shape", action="store_false", dest="shape", default=None, help="loopback, no latency")
+    shape.add_argument("--shape", action="store_true", dest="shape", help="shape --smoke too")
+    parser.add_argument("--rate", default="800mbit", help="tc tbf rate of the link, each way (default 800mbit)")
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="first-byte latency per request (default 20)")
+    parser.add_argument("--window-shards", type=int, default=8, help="datasetrt's locality window (default 8)")
+    parser.add_argument(
+        "--variants", default="remote,local,limit", help="datasetrt's rows: remote, local (disk), limit (default all)"
+    )
+    parser.add_argument("--fetch-concurrency", type=int, default=None, help="StorageConfig.fetch_concurrency")
+    parser.add_argument("--prefetch-shards", type=int, default=None, help="StorageConfig.prefetch_shards")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile datasetrt's first cold in-process epoch")
+    parser.add_argument("--py-spy", type=Path, default=None, help="py-spy (all threads) of that child, speedscope")
+    parser.add_argument("--plot", type=Path, default=None, help="write the figure (PNG) of the run")
     parser.add_argument("--out", type=Path, default=Path("bench-out/remote.json"))
     parser.add_argument("--report", type=Path, default=None, help="print the table of a saved run's JSON")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.mode = args.mode or "full"
+    if args.shape is None:
+        args.shape = args.mode != "smoke"
     if args.transports is None:
         args.transports = "http" if args.mode == "smoke" else "https,http"
     args.transport_list = [t for t in args.transports.split(",") if t]
     if set(args.transport_list) - {"http", "https"}:
         parser.error("--transports: https and/or http")
+    names = {"remote": REMOTE, "local": LOCAL, "limit": LIMIT}
+    args.variant_list = [names[v] for v in args.variants.split(",") if v in names]
+    if REMOTE not in args.variant_list or len(args.variant_list) != len([v for v in args.variants.split(",") if v]):
+        parser.error("--variants: remote, plus local and/or limit")
     return args
 
 
-def med(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def limit_plan(stored: list[tuple[str, int]], fraction: float) -> tuple[int, int]:
+    """(cache_limit_bytes, window_shards) of the limited datasetrt run: `fraction` of the stored
+    bytes, and the largest window the disk bound (datasetrt/dataset/remote.py) accepts under it
+    (small files + (W + 1) x the largest shard); the limit is raised to fit W = 1 if it must."""
+    shards = [s for k, s in stored if "/shards/" in k]
+    small = sum(s for k, s in stored if "/shards/" not in k)
+    largest = max(shards)
+    limit = int(sum(s for _, s in stored) * fraction)
+    window = (limit - small) // largest - 1
+    if window < 1:
+        window, limit = 1, small + 2 * largest
+    return limit, window
 
 
 def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[str]]:
+    from benchmarks.remote_net import ShapedLink, namespace_inode
     from benchmarks.remote_records import read_records, write_records
     from benchmarks.remote_servers import CountingProxy, TLSFront, make_ca, summarize
     from tests.servers.moto import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, REGION, MotoServer
 
-    count, shard_bytes, default_repeats = MODES[args.mode]
+    count, shard_bytes, default_repeats, limit_fraction = MODES[args.mode]
     repeats = args.repeats or default_repeats
     if args.no_peers or args.mode == "smoke":
         reason = "--no-peers" if args.no_peers else "--smoke reads datasetrt and the floor only"
@@ -348,20 +512,46 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
     failures: list[str] = []
     rows: list[dict] = []
     floors: list[dict] = []
-    facts: dict = {"mode": args.mode, "records": count, "record_bytes": RECORD, "shard_bytes": shard_bytes}
+    facts: dict = {
+        "mode": args.mode,
+        "records": count,
+        "record_bytes": RECORD,
+        "shard_bytes": shard_bytes,
+        "window_shards": args.window_shards,
+        "load": [load_average()],
+    }
+    link = None
     try:
+        if args.shape:
+            link, why = ShapedLink.create(args.rate)
+            facts["network"] = (
+                f"shaped: {link.describe()}; first-byte latency {args.latency_ms:g} ms per request at the proxy"
+                if link
+                else f"unshaped (loopback, no latency): {why}"
+            )
+        else:
+            facts["network"] = "unshaped (loopback, no latency): --no-shape" + (
+                " (--smoke)" if args.mode == "smoke" else ""
+            )
+        facts["rate"] = args.rate if link else None
+        facts["latency_ms"] = args.latency_ms if link else 0.0
+        print(f"network: {facts['network']}", flush=True)
+        host = link.host_ip if link else "127.0.0.1"
+        netns = link.ns_path if link else None
+        want_inode = namespace_inode(netns) if netns else None
+
         records = workdir / "records.bin"
         expect = write_records(records, count, RECORD, SEED)
         written = Digest.of(read_records(str(records), RECORD))
-        ca, cert, key = make_ca(workdir / "tls")
+        ca, cert, key = make_ca(workdir / "tls", hosts=(host,) if host != "127.0.0.1" else ())
         env_base = {"AWS_EC2_METADATA_DISABLED": "true"}
         for name in list(os.environ):
             if name.startswith(("AWS_", "S3_ENDPOINT", "SSL_CERT")):
                 del os.environ[name]  # children must reach only the servers started here
         with (
             MotoServer() as moto,
-            CountingProxy(moto.endpoint) as proxy,
-            TLSFront(proxy.port, cert, key) as tls,
+            CountingProxy(moto.endpoint, host=host) as proxy,
+            TLSFront(proxy.port, cert, key, host=host, upstream_host=host) as tls,
         ):
             moto.create_bucket(BUCKET)
             endpoints = {"http": proxy.endpoint, "https": tls.endpoint}
@@ -385,7 +575,7 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                     env |= {"SSL_CERT_FILE": str(ca), "AWS_CA_BUNDLE": str(ca), "REQUESTS_CA_BUNDLE": str(ca)}
                 return env
 
-            # -- stores
+            # -- stores (not shaped: the writer runs in this namespace, the proxy holds nothing yet)
             t0 = time.perf_counter()
             wrote = launch(
                 {
@@ -427,6 +617,7 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                         "env": env_of("http"),
                     },
                     python=args.peer_python,
+                    module="benchmarks.remote_peers",
                 )
                 shutil.rmtree(workdir / f"build-{PREFIX[peer]}", ignore_errors=True)
                 if built.get("error"):
@@ -438,12 +629,35 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                 store["objects"] = len(objs)
                 store["stored_bytes"] = sum(s for _, s in objs)
                 store["keys"] = [k for k, s in objs]
-            facts["stores"] = {k: {kk: vv for kk, vv in v.items() if kk != "keys"} for k, v in stores.items()}
+                store["sizes"] = objs
+            facts["stores"] = {
+                k: {kk: vv for kk, vv in v.items() if kk not in ("keys", "sizes")} for k, v in stores.items()
+            }
             shard_keys = [k for k in stores[OURS]["keys"] if "/shards/" in k]
+            limit_bytes, limit_window = limit_plan(stores[OURS]["sizes"], limit_fraction)
+            facts["limit"] = {"bytes": limit_bytes, "window_shards": limit_window, "fraction": limit_fraction}
+            proxy.latency_s = args.latency_ms / 1000.0 if link else 0.0
+            link_dev = link.host_dev if link else None
+
+            def check_link(got: dict, served_bytes: int, sampler: Sampler, label: str) -> None:
+                """The child ran in the namespace and its bytes crossed the link."""
+                if link is None or got.get("error"):
+                    return
+                if got.get("netns_inode") != want_inode:
+                    failures.append(f"{label}: the child was not in the shaped namespace")
+                carried = sampler.link_bytes()
+                got["link_bytes"] = carried
+                # The proxy counts a response's body before it sends it, so a response its client
+                # abandoned (a worker stopped mid-download) is counted whole; a child that bypassed
+                # the link would leave it idle.
+                if carried is not None and carried < served_bytes // 2:
+                    failures.append(f"{label}: the link carried {carried} bytes, the proxy served {served_bytes}")
 
             # -- the physical floor
             for transport in args.transport_list:
                 for conc in (1, 4):
+                    sampler = Sampler(None, link_dev)
+                    proxy.forget()
                     got = launch(
                         {
                             "task": "floor",
@@ -452,200 +666,167 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                             "concurrency": conc,
                             "repeats": max(3, repeats),
                             "env": env_of(transport),
-                        }
+                            "netns": netns,
+                        },
+                        sampler=sampler,
                     )
+                    check_link(got, summarize(proxy.served)["bytes"], sampler, f"floor {transport} {conc}")
                     floors.append({"transport": transport, "concurrency": conc, **got})
-                    proxy.forget()
 
             # -- reads
+            pyspy_wrapper = None
+            if args.py_spy is not None:
+                pyspy_wrapper = workdir / "py-spy-python"
+                pyspy_wrapper.write_text(
+                    "#!/bin/sh\n"
+                    f"exec {PY_SPY} record --threads --idle --rate 250 --format speedscope "
+                    f'--output {args.py_spy} -- {sys.executable} "$@"\n'
+                )
+                pyspy_wrapper.chmod(0o755)
             profile_left = args.profile
+            storage_knobs = {
+                k: v
+                for k, v in (("fetch_concurrency", args.fetch_concurrency), ("prefetch_shards", args.prefetch_shards))
+                if v is not None
+            }
+            facts["storage_knobs"] = storage_knobs
             for transport in args.transport_list:
                 for contender in (OURS, STREAMING, LITDATA):
                     for workers in (0, WORKERS):
                         where = "in-process" if workers == 0 else f"{workers} workers"
-                        row = {"transport": transport, "contender": contender, "where": where, "runs": []}
-                        rows.append(row)
+                        variants = tuple(args.variant_list) if contender == OURS else (REMOTE,)
+                        vrows = {}
+                        for variant in variants:
+                            row = {
+                                "transport": transport,
+                                "contender": contender,
+                                "variant": variant,
+                                "where": where,
+                                "runs": [],
+                            }
+                            if variant == LIMIT:
+                                row["limit_bytes"], row["window_shards"] = limit_bytes, limit_window
+                            else:
+                                row["window_shards"] = args.window_shards
+                            rows.append(row)
+                            vrows[variant] = row
+                        row = vrows[REMOTE]
                         if contender in peers_skip:
                             row["skipped"] = peers_skip[contender]
                             continue
                         if contender == LITDATA and transport == "http":
                             row["skipped"] = "LitData's chunk reads (obstore) need https"
                             continue
-                        for rep in range(repeats):
-                            cache_dir = workdir / f"cache-{PREFIX[contender]}-{transport}-{workers}-{rep}"
-                            spec = {
-                                "task": "read",
-                                "contender": contender,
-                                "bucket": BUCKET,
-                                "prefix": stores[contender]["prefix"],
-                                "url": url,
-                                "endpoint": endpoints[transport],
-                                "options": options(transport),
-                                "env": env_of(transport),
-                                "cache_dir": str(cache_dir),
-                                "workers": workers,
-                                "batch": BATCH,
-                                "seed": SEED,
-                                "size": RECORD,
-                                "expect": expect,
-                                "verify": rep == 0,
-                            }
-                            if contender == OURS and workers == 0 and profile_left is not None:
-                                spec["profile"] = str(profile_left)
-                                profile_left = None
-                            proxy.forget()
-                            got = launch(spec, python=None if contender == OURS else args.peer_python, peak_pss=True)
-                            got["disk_bytes"] = disk_bytes(cache_dir)
-                            shutil.rmtree(cache_dir, ignore_errors=True)
-                            prefix = stores[contender]["prefix"] + "/"
-                            for p in got.get("passes", {}).values():
-                                p["served"] = summarize(proxy.between(p["wall"][0], p["wall"][1], prefix))
-                            got["served_all"] = summarize(proxy.between(0, time.time() + 1, prefix))
-                            row["runs"].append(got)
-                            label = f"{contender}, {where}, {transport}, repeat {rep}"
-                            if got.get("error"):
-                                # datasetrt failing is a broken run; a peer's failure is its row's finding
-                                (failures if contender == OURS else row.setdefault("errors", [])).append(
-                                    f"{label}: {got['error']}"
+                        for variant in variants:
+                            vrow = vrows[variant]
+                            if vrow.get("stop"):
+                                continue
+                            for rep in range(repeats):
+                                cache_dir = workdir / f"cache-{PREFIX[contender]}-{transport}-{workers}-{rep}"
+                                spec = {
+                                    "task": "read",
+                                    "contender": contender,
+                                    "bucket": BUCKET,
+                                    "prefix": stores[contender]["prefix"],
+                                    "url": url,
+                                    "endpoint": endpoints[transport],
+                                    "options": options(transport),
+                                    "env": env_of(transport),
+                                    "cache_dir": str(cache_dir),
+                                    "workers": workers,
+                                    "batch": BATCH,
+                                    "seed": SEED,
+                                    "size": RECORD,
+                                    "expect": expect,
+                                    "verify": rep == 0,
+                                    "netns": netns,
+                                    "window_shards": vrow["window_shards"],
+                                    "storage": storage_knobs,
+                                }
+                                python, module = None, "benchmarks.remote"
+                                if contender != OURS:
+                                    python, module = args.peer_python, "benchmarks.remote_peers"
+                                if variant == LIMIT:
+                                    spec["limit_bytes"] = limit_bytes
+                                if variant == LOCAL:
+                                    # the previous remote run's mirror, kept for this read
+                                    src = (
+                                        vrows[REMOTE]["runs"][rep].get("mirror")
+                                        if rep < len(vrows[REMOTE]["runs"])
+                                        else None
+                                    )
+                                    if not src:
+                                        vrow["skipped"] = "no mirror left by the remote run"
+                                        vrow["stop"] = True
+                                        break
+                                    spec["url"] = src
+                                    spec["cache_dir"] = str(workdir / "unused-cache")
+                                if variant == REMOTE and contender == OURS and workers == 0 and rep == 0:
+                                    if profile_left is not None:
+                                        spec["profile"] = str(profile_left)
+                                        profile_left = None
+                                    if pyspy_wrapper is not None:
+                                        python = str(pyspy_wrapper)
+                                        pyspy_wrapper = None
+                                proxy.forget()
+                                sampler = Sampler(cache_dir, link_dev)
+                                got = launch(spec, python=python, peak_pss=True, module=module, sampler=sampler)
+                                got["disk_bytes"] = disk_bytes(cache_dir)
+                                got["peak_disk_bytes"] = sampler.peak_disk
+                                got["peak_unlinked_bytes"] = sampler.peak_unlinked
+                                got["load"] = load_average()
+                                if variant == REMOTE and contender == OURS:
+                                    keep = mirror_dir(cache_dir)
+                                    if keep is not None:
+                                        got["mirror"] = str(workdir / f"mirror-{transport}-{workers}-{rep}")
+                                        os.rename(keep, got["mirror"])
+                                elif variant == LOCAL:
+                                    shutil.rmtree(spec["url"], ignore_errors=True)
+                                shutil.rmtree(cache_dir, ignore_errors=True)
+                                prefix = stores[contender]["prefix"] + "/"
+                                for p in got.get("passes", {}).values():
+                                    p["served"] = summarize(proxy.between(p["wall"][0], p["wall"][1], prefix))
+                                    p["link_bytes"] = sampler.link_bytes(p["wall"][0], p["wall"][1])
+                                got["served_all"] = summarize(proxy.between(0, time.time() + 1, prefix))
+                                if rep == 0:
+                                    got["timeline"] = sampler.timeline
+                                label = f"{contender} ({variant}), {where}, {transport}, repeat {rep}"
+                                check_link(got, got["served_all"]["bytes"], sampler, label)
+                                vrow["runs"].append(got)
+                                if got.get("error"):
+                                    # datasetrt failing is a broken run; a peer's failure is its row's finding
+                                    (failures if contender == OURS else vrow.setdefault("errors", [])).append(
+                                        f"{label}: {got['error']}"
+                                    )
+                                    print(f"  {label}: ERROR {got['error'][:300]}", flush=True)
+                                    if got.get("traceback"):
+                                        print(got["traceback"], flush=True)
+                                    vrow["stop"] = True
+                                    break
+                                for p in got.get("problems", []):
+                                    failures.append(f"{label}: {p}")
+                                if rep == 0 and got.get("multiset") != written["multiset"]:
+                                    failures.append(f"{label}: payload digest differs from the written records")
+                                c, w = got["passes"]["cold"], got["passes"]["warm"]
+                                print(
+                                    f"  {label}: first batch {c['first_batch_s']:.2f} s, cold "
+                                    f"{c['samples'] / c['s']:,.0f} samples/s, warm {w['samples'] / w['s']:,.0f}, "
+                                    f"served {c['served']['bytes'] / 2**20:.1f} + {w['served']['bytes'] / 2**20:.1f} MiB, "
+                                    f"peak disk {sampler.peak_disk / 2**20:.1f} MiB, load {got['load']}",
+                                    flush=True,
                                 )
-                                print(f"  {label}: ERROR {got['error'][:300]}", flush=True)
-                                if got.get("traceback"):
-                                    print(got["traceback"], flush=True)
-                                break
-                            for p in got.get("problems", []):
-                                failures.append(f"{label}: {p}")
-                            if rep == 0 and got.get("multiset") != written["multiset"]:
-                                failures.append(f"{label}: payload digest differs from the written records")
-                            c = got["passes"]["cold"]
-                            print(
-                                f"  {label}: cold {c['bytes'] / 2**20 / c['s']:.1f} MiB/s, warm "
-                                f"{got['passes']['warm']['bytes'] / 2**20 / got['passes']['warm']['s']:.1f} MiB/s, "
-                                f"served {c['served']['bytes'] / 2**20:.1f} MiB in {c['served']['gets']} GETs",
-                                flush=True,
-                            )
+                                facts["load"].append(got["load"])
+                        for vrow in vrows.values():
+                            for run in vrow["runs"]:
+                                if run.get("mirror"):
+                                    shutil.rmtree(run["mirror"], ignore_errors=True)
         facts["expect"] = expect
         facts["stored_dataset_bytes"] = count * RECORD
     finally:
+        if link is not None:
+            link.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return rows, floors, facts, failures
-
-
-# ---------------------------------------------------------------------------- report
-
-
-def summarize_row(row: dict) -> dict:
-    """Medians (and min-max) of a row's runs."""
-    runs = [r for r in row["runs"] if not r.get("error")]
-    out: dict = {}
-    if not runs:
-        return out
-
-    def per_run(name: str, fn) -> list[float]:
-        return [fn(r["passes"][name]) for r in runs]
-
-    for name in ("cold", "warm"):
-        xs = per_run(name, lambda p: p["bytes"] / 2**20 / p["s"])
-        out[f"{name}_mib_s"] = med(xs)
-        out[f"{name}_range"] = (min(xs), max(xs))
-        out[f"{name}_samples_s"] = med(per_run(name, lambda p: p["samples"] / p["s"]))
-        out[f"{name}_served_mib"] = med(per_run(name, lambda p: p["served"]["bytes"] / 2**20))
-        out[f"{name}_gets"] = med(per_run(name, lambda p: p["served"]["gets"]))
-        out[f"{name}_ranged"] = med(per_run(name, lambda p: p["served"]["ranged_gets"]))
-        out[f"{name}_requests"] = max(per_run(name, lambda p: p["served"]["requests"]))
-        out[f"{name}_in_flight"] = max(per_run(name, lambda p: p["served"].get("peak_gets_in_flight", 0)))
-    out["first_batch_s"] = med([r["passes"]["cold"]["first_batch_s"] or 0.0 for r in runs])
-    out["open_s"] = med([r["open_s"] for r in runs])
-    out["served_max_mib"] = max(r["passes"]["cold"]["served"]["bytes"] / 2**20 for r in runs)
-    out["errors"] = max(r["served_all"]["errors"] for r in runs)
-    out["disk_mib"] = med([r["disk_bytes"] / 2**20 for r in runs])
-    out["pss_mib"] = med([r["peak_pss_mib"] for r in runs if r.get("peak_pss_mib") is not None])
-    out["repeats"] = len(runs)
-    return out
-
-
-def fmt(x, spec: str = ".0f") -> str:
-    return "" if x is None else format(x, spec)
-
-
-COLUMNS = (
-    "transport",
-    "contender",
-    "where",
-    "cold MiB/s (min-max)",
-    "cold samples/s",
-    "first batch s",
-    "warm MiB/s",
-    "cold served MiB (max) / stored",
-    "cold GETs (ranged) / most in flight",
-    "warm requests",
-    "local disk MiB",
-    "peak PSS MiB",
-    "cold, x datasetrt",
-    "warm, x datasetrt",
-)
-
-
-def table(rows: list[dict], floors: list[dict], facts: dict) -> str:
-    """Markdown: one line per (transport, contender, where), then the GET floors. The ratios are
-    the contender's median over datasetrt's in the same transport and place (>1: faster)."""
-    stored = {k: v["stored_bytes"] / 2**20 for k, v in facts.get("stores", {}).items()}
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---:|" * (len(COLUMNS) - 3)]
-    empty = " |" * (len(COLUMNS) - 4)
-    base: dict[tuple[str, str], dict] = {}
-    for row in rows:
-        row["summary"] = summarize_row(row)
-        if row["contender"] == OURS and row["summary"]:
-            base[(row["transport"], row["where"])] = row["summary"]
-    for row in rows:
-        s = row["summary"]
-        head = f"| {row['transport']} | {row['contender']} | {row['where']} |"
-        if row.get("skipped"):
-            lines.append(f"{head} skipped: {row['skipped']} |{empty}")
-            continue
-        if not s:
-            err = next((r.get("error") for r in row["runs"] if r.get("error")), "no run")
-            lines.append(f"{head} error: {str(err)[:160]} |{empty}")
-            continue
-        failed = len(row["runs"]) - s["repeats"]
-        if failed:
-            head = f"| {row['transport']} | {row['contender']} | {row['where']} ({failed} of {len(row['runs'])} runs failed) |"
-        b = base.get((row["transport"], row["where"]))
-        lo, hi = s["cold_range"]
-        st = stored.get(row["contender"], 0.0)
-        lines.append(
-            f"{head} {s['cold_mib_s']:.1f} ({lo:.1f}-{hi:.1f}) | {s['cold_samples_s']:,.0f} | {s['first_batch_s']:.2f} |"
-            f" {s['warm_mib_s']:,.0f} | {s['cold_served_mib']:.1f} ({s['served_max_mib']:.1f}) / {st:.1f} |"
-            f" {s['cold_gets']:.0f} ({s['cold_ranged']:.0f}) / {s['cold_in_flight'] or '-'} | {s['warm_requests']} |"
-            f" {s['disk_mib']:.1f} |"
-            f" {fmt(s['pss_mib'])} | {s['cold_mib_s'] / b['cold_mib_s']:.2f}x | {s['warm_mib_s'] / b['warm_mib_s']:.2f}x |"
-            if b
-            else f"{head} {s['cold_mib_s']:.1f} | | | | | | | | | | |"
-        )
-    for f in floors:
-        head = f"| {f['transport']} | {FLOOR} | {f['concurrency']} in flight |"
-        if f.get("error"):
-            lines.append(f"{head} error: {f['error'][:160]} |{empty}")
-            continue
-        xs = f["rates"]
-        b = base.get((f["transport"], "in-process"))
-        ratio = f"{med(xs) / b['cold_mib_s']:.2f}x" if b else ""
-        lines.append(
-            f"{head} {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) | | | | {f['bytes'] / 2**20:.1f} per pass |"
-            f" {f['gets']} (0) / {f['concurrency']} | | | | {ratio} | |"
-        )
-    notes = [e for row in rows for e in row.get("errors", [])]
-    if notes:
-        lines += ["", "failed runs (their figures are not in the medians):"]
-        lines += [f"- {e.splitlines()[0][:300]}" for e in notes]
-    return "\n".join(lines)
-
-
-def header(doc: dict) -> str:
-    return (
-        f"machine: {doc['machine']}; mode={doc['mode']}, {doc['records']} records x {doc['record_bytes']} B "
-        f"({doc['records'] * doc['record_bytes'] / 2**20:.0f} MiB), shards {doc['shard_bytes'] >> 20} MiB, "
-        f"batch {BATCH}, cold repeats {doc.get('repeats', '?')}, wall {doc['wall_s']:.0f} s"
-    )
 
 
 def main() -> None:
@@ -653,31 +834,46 @@ def main() -> None:
     if args.child:
         run_child(json.loads(args.child))
         return
+    from benchmarks.remote_report import header, plot, table, targets
+
     if args.report:
         doc = json.loads(args.report.read_text())
         print(f"{header(doc)}\n")
         print(table(doc["rows"], doc["floors"], doc))
+        print("\n" + targets(doc["rows"], doc))
+        if args.plot:
+            plot(doc, args.plot)
         return
-    if args.profile is not None:
-        args.profile = args.profile.resolve()
-        args.profile.parent.mkdir(parents=True, exist_ok=True)
-    # SIGTERM unwinds like Ctrl-C: the running child's session is killed, the servers stopped.
+    for name in ("profile", "py_spy"):
+        path = getattr(args, name)
+        if path is not None:
+            setattr(args, name, path.resolve())
+            path.resolve().parent.mkdir(parents=True, exist_ok=True)
+    # SIGTERM unwinds like Ctrl-C: the running child's session is killed, the servers stopped,
+    # the namespace deleted.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.perf_counter()
+    t_start = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows, floors, facts, failures = bench(args)
+    facts["load"].append(load_average())
     doc = {
         "machine": machine_facts(),
         **facts,
         "repeats": args.repeats or MODES[args.mode][2],
+        "started_utc": t_start,
+        "ended_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "wall_s": time.perf_counter() - started,
         "rows": rows,
         "floors": floors,
         "failures": failures,
     }
     print(f"\n{header(doc)}\n")
-    print(table(rows, floors, facts))
+    print(table(rows, floors, doc))
+    print("\n" + targets(rows, doc))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2, default=str))
+    if args.plot:
+        plot(doc, args.plot)
     if failures:
         print("\nPROBLEMS:\n" + "\n".join(failures))
         sys.exit(1)

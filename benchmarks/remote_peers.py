@@ -18,7 +18,8 @@ figures), started by benchmarks.remote.
   obstore, which refuses plain http, so LitData is only read over https (a throw-away CA in
   `SSL_CERT_FILE` / `AWS_CA_BUNDLE`).
 
-Both loaders are built once; the cold epoch runs from the dataset's construction (its index
+A read child given `netns` enters that network namespace first (benchmarks.remote_net), so its
+loader's workers and downloads all use the benchmark's shaped link. Both loaders are built once; the cold epoch runs from the dataset's construction (its index
 download included) to the last batch, the warm epoch is the loader's second pass over the local
 copies (`persistent_workers=True` with workers). Each pass is checked (benchmarks.remote_records.Tally);
 a `verify` run adds an untimed third pass digesting every payload.
@@ -163,15 +164,16 @@ def read(spec: dict) -> dict:
         tally = Tally(spec["expect"])
         wall0 = t_open if name == "cold" else time.time()
         t0 = start if name == "cold" else time.perf_counter()
-        first = None
+        first = first_n = None
         for batch in loader:
             if first is None:
-                first = time.perf_counter() - t0
+                first, first_n = time.perf_counter() - t0, len(batch["label"])
             _add(tally, batch)
         dt = time.perf_counter() - t0
         result["passes"][name] = {
             "s": dt,
             "first_batch_s": first,
+            "first_n": first_n or 0,
             "samples": tally.samples,
             "bytes": tally.bytes,
             "wall": [wall0, time.time()],
@@ -193,11 +195,17 @@ def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] != "--child":
         raise SystemExit("usage: python -m benchmarks.remote_peers --child SPEC (started by benchmarks.remote)")
     spec = json.loads(sys.argv[2])
+    netns_inode = None
+    if spec.get("netns"):  # first, before any thread: the whole child reads over the shaped link
+        from benchmarks.remote_net import enter
+
+        netns_inode = enter(spec["netns"])
     os.environ.update(spec.get("env", {}))
     try:
         figures = build(spec) if spec["task"] == "build" else read(spec)
     except Exception as exc:  # a peer API failure is a finding, not a crash
         figures = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc()[-3000:]}
+    figures["netns_inode"] = netns_inode
     print(json.dumps(figures), flush=True)
 
 

@@ -4,9 +4,12 @@ optional TLS front (a throw-away CA made at run time) for clients that only spea
 
 Chain of one request: client -> [TLSFront, https] -> CountingProxy (http, counts) -> moto.
 Every contender goes through the same CountingProxy, so "bytes fetched" and "requests" are
-measured at one place, outside the client.
+measured at one place, outside the client. Both listen on `host` (loopback, or the host end of
+the benchmark's shaped link, benchmarks.remote_net); the proxy holds every request `latency_s`
+before forwarding it (a first-byte latency per request, concurrent requests each held their own).
 
-Boundary: starts and stops servers on loopback and makes certificates in a temporary directory;
+Boundary: starts and stops servers on loopback (or the shaped link's address) and makes
+certificates in a temporary directory;
 imports no library under test (the proxy and moto come from tests/servers, the CA from the
 `cryptography` package). Nothing here measures speed.
 """
@@ -20,9 +23,10 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from tests.servers.proxy import FaultProxy
+from tests.servers.proxy import FaultProxy, _Handler, _Server
 
 
 @dataclass(frozen=True)
@@ -39,16 +43,44 @@ class Served:
     done: float = 0.0  # when the upstream answer was complete (time.time())
 
 
-class CountingProxy(FaultProxy):
-    """FaultProxy that also records `served` (one `Served` per forwarded request)."""
+class _HostServer(_Server):
+    """The FaultProxy's server, listening on `host` rather than 127.0.0.1."""
 
-    def __init__(self, upstream: str, **kwargs) -> None:
+    def __init__(self, proxy: FaultProxy, port: int, host: str) -> None:
+        self.proxy = proxy
+        ThreadingHTTPServer.__init__(self, (host, port), _Handler)
+
+
+class CountingProxy(FaultProxy):
+    """FaultProxy on `host` that also records `served` (one `Served` per forwarded request) and
+    holds each request `latency_s` before forwarding it."""
+
+    def __init__(self, upstream: str, *, host: str = "127.0.0.1", latency_s: float = 0.0, **kwargs) -> None:
         self.served: list[Served] = []
         self._served_lock = threading.Lock()
+        self.host = host
+        self.latency_s = latency_s
         super().__init__(upstream, **kwargs)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        """FaultProxy.start on `host`."""
+        assert self._server is None and self._resetter is None, "already up"
+        self._stopping.clear()
+        self._server = _HostServer(self, self.port, self.host)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fault-proxy", daemon=True
+        )
+        self._thread.start()
 
     def _forward(self, method, target, headers, body):
         at = time.time()
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)  # the injected first-byte latency of this request
         status, reason, out, data = super()._forward(method, target, headers, body)
         from tests.servers.proxy import _split_path
 
@@ -105,9 +137,10 @@ def _peak(spans: list[tuple[float, float]]) -> int:
 # ---------------------------------------------------------------------------- TLS
 
 
-def make_ca(directory: Path) -> tuple[Path, Path, Path]:
-    """A throw-away CA and a server certificate for 127.0.0.1 / localhost signed by it, written to
-    `directory`: (ca.pem, server.pem, server.key). EC P-256 keys, valid for a day."""
+def make_ca(directory: Path, hosts: tuple[str, ...] = ()) -> tuple[Path, Path, Path]:
+    """A throw-away CA and a server certificate for 127.0.0.1 / localhost (and the IP addresses
+    `hosts`) signed by it, written to `directory`: (ca.pem, server.pem, server.key). EC P-256
+    keys, valid for a day."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -152,7 +185,9 @@ def make_ca(directory: Path) -> tuple[Path, Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(h)) for h in ("127.0.0.1", *hosts)] + [x509.DNSName("localhost")]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -174,18 +209,29 @@ def make_ca(directory: Path) -> tuple[Path, Path, Path]:
 
 
 class TLSFront:
-    """Terminates TLS on 127.0.0.1:`port` (0: the kernel picks) and relays each connection's
-    plaintext to `upstream_port` on loopback, byte for byte (two threads per connection).
-    `endpoint` is https://127.0.0.1:PORT. `close()` stops listening and cuts every connection."""
+    """Terminates TLS on `host`:`port` (0: the kernel picks) and relays each connection's
+    plaintext to `upstream_host`:`upstream_port`, byte for byte (two threads per connection).
+    `endpoint` is https://HOST:PORT. `close()` stops listening and cuts every connection."""
 
-    def __init__(self, upstream_port: int, cert: Path, key: Path, port: int = 0) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        cert: Path,
+        key: Path,
+        port: int = 0,
+        *,
+        host: str = "127.0.0.1",
+        upstream_host: str = "127.0.0.1",
+    ) -> None:
         self.upstream_port = upstream_port
+        self.upstream_host = upstream_host
+        self.host = host
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(str(cert), str(key))
         self.ctx.set_alpn_protocols(["http/1.1"])  # never h2: the proxy behind speaks HTTP/1.1
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", port))
+        self.sock.bind((host, port))
         self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
         self._conns: set[socket.socket] = set()
@@ -196,7 +242,7 @@ class TLSFront:
 
     @property
     def endpoint(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -215,7 +261,7 @@ class TLSFront:
             raw.close()
             return
         try:
-            up = socket.create_connection(("127.0.0.1", self.upstream_port))
+            up = socket.create_connection((self.upstream_host, self.upstream_port))
         except OSError:
             conn.close()
             return

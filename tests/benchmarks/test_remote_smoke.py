@@ -1,9 +1,12 @@
 """Smoke test of `python -m benchmarks.remote --smoke`: moto's S3 server behind the counting proxy
-and the TLS front, datasetrt writing a cache to s3:// and reading it cold and warm (in-process and
-with 2 reader workers), and the raw GET floor; every record read exactly once with the written
-bytes. The peers (MosaicML Streaming, LitData) need their own venv and are skipped in --smoke
-with a printed reason. No speed is asserted; what the proxy counted is: each object fetched
-once, the cold epoch fetching the bytes stored, the warm epoch fetching nothing."""
+and the TLS front on loopback (--smoke is unshaped: no namespace, no root needed), datasetrt
+writing a cache to s3:// and reading it cold and warm (in-process and with 2 reader workers), the
+same cache read back from local disk, a read under a node-cache limit, and the raw GET floor;
+every record read exactly once with the written bytes. The peers (MosaicML Streaming, LitData)
+need their own venv and are skipped in --smoke with a printed reason. No speed is asserted; what
+the proxy counted is: each object fetched once, the cold epoch fetching the bytes stored, the warm
+epoch and the local-disk reads fetching nothing, the limited read fetching every byte at least
+once."""
 
 from __future__ import annotations
 
@@ -39,20 +42,38 @@ def test_remote_benchmark_smoke(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "every contender read every record exactly once" in out.stdout
     assert out.stdout.count("skipped: ") == 4  # Streaming and LitData, in-process and 2 workers
+    assert "targets:" in out.stdout
     doc = json.loads(out_json.read_text())
+    assert doc["network"].startswith("unshaped")
     stored = doc["stores"]["datasetrt"]["stored_bytes"]
-    ours = [r for r in doc["rows"] if r["contender"] == "datasetrt"]
-    assert {r["where"] for r in ours} == {"in-process", "2 workers"}
-    for row in ours:
+    ours = {(r["variant"], r["where"]): r for r in doc["rows"] if r["contender"] == "datasetrt"}
+    assert set(ours) == {(v, w) for v in ("remote", "local disk", "limit") for w in ("in-process", "2 workers")}
+    for (variant, _where), row in ours.items():
         [run] = row["runs"]
         assert not run.get("error") and not run["problems"], run
+        assert run["multiset"]  # the digest pass ran (and matched: no PROBLEMS line)
         cold, warm = run["passes"]["cold"]["served"], run["passes"]["warm"]["served"]
-        assert cold["bytes"] == stored and cold["max_gets_per_object"] == 1 and cold["errors"] == 0, cold
-        assert warm["requests"] == 0, warm
-        assert run["disk_bytes"] >= doc["records"] * doc["record_bytes"]
-        assert run["peak_pss_mib"] > 0
+        assert run["peak_pss_mib"] > 0 and cold["errors"] == 0
+        if variant == "remote":
+            assert cold["bytes"] == stored and cold["max_gets_per_object"] == 1, cold
+            assert warm["requests"] == 0, warm
+            assert run["peak_disk_bytes"] >= doc["records"] * doc["record_bytes"]
+        elif variant == "local disk":
+            assert cold["requests"] == warm["requests"] == 0
+        else:
+            assert row["limit_bytes"] == doc["limit"]["bytes"] < stored
+            assert cold["bytes"] >= stored  # a fresh node cache: every object at least once
+            assert run["peak_disk_bytes"] > 0
     assert {f["concurrency"] for f in doc["floors"]} == {1, 4}
     assert all(min(f["rates"]) > 0 for f in doc["floors"])
+
+
+def test_the_limited_run_takes_the_largest_window_the_disk_bound_accepts() -> None:
+    from benchmarks.remote import limit_plan
+
+    stored = [("drt/manifest.json", 100), ("drt/index.bin", 200)] + [(f"drt/shards/{i}.bin", 100) for i in range(40)]
+    assert limit_plan(stored, 0.25) == (1075, 6)  # small 300 + (6 + 1) x 100 <= 1075
+    assert limit_plan(stored, 0.05) == (500, 1)  # too small for any window: raised to fit one
 
 
 def test_missing_peer_venv_is_a_reason(tmp_path: Path) -> None:
