@@ -144,7 +144,7 @@ class DatasetReads:
         builder = self.builder(check_embedded)
         if in_process:
             chunks = local_chunks(self.reader(), window, READ_BLOCK_ROWS)
-            fetcher = remote.prefetcher(self.handles, window)
+            fetcher = remote.prefetcher(self.handles, window, self.config)
             if fetcher is not None:
                 chunks = remote.prefetched_chunks(chunks, fetcher)
         else:
@@ -161,7 +161,7 @@ class DatasetReads:
         """Gathered records of `window` in plan order, read as `with_workers` says; `rows_hint`
         (a batch size) aligns chunks with batches where the record size allows. Shards of remote
         caches are prefetched in the order the window first needs them."""
-        fetcher = remote.prefetcher(self.handles, window)
+        fetcher = remote.prefetcher(self.handles, window, self.config)
         if fetcher is not None:
             yield from remote.prefetched_chunks(self._chunks(window, rows_hint), fetcher)
         else:
@@ -221,7 +221,7 @@ class DatasetReads:
         else:
             reader = self.reader()
             packed = local_batches(reader, window, shape, buffers=buffers or reader.batch_buffers)
-        fetcher = remote.prefetcher(self.handles, window)
+        fetcher = remote.prefetcher(self.handles, window, self.config)
         try:
             # `yield from map`: no frame here keeps a batch once it is handed out, so the
             # consumer's references alone decide when a leased ring slot returns.

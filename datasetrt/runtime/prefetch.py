@@ -14,6 +14,9 @@ Invariants:
   `lookahead` shards of disk against the node cache's limit.
 - A prefetch never decides a read's outcome: a failed fetch is dropped (the read's own fetch of
   that shard then raises the storage layer's typed error, or succeeds on its own retry budget).
+- A shard is prefetched only while the read has not reached its first need: once it has, the
+  read has fetched (or opened) the shard itself, so a queued fetch of it is dropped rather than
+  downloading it again after an eviction.
 - `close()` stops scanning, cancels fetches not started, waits for the running ones (each bounded
   by the storage retry budget), and drops every pin it holds; no thread outlives it.
 - Scanning is lazy: window positions are read `scan_rows` at a time, only while the look-ahead has
@@ -120,9 +123,11 @@ class ShardPrefetcher:
             with self._cond:
                 if self._stopped:
                     return
+                if need < self._consumed:
+                    continue  # the read got there first
                 self._held.append(entry)
             try:
-                future = self._pool.submit(self._fetch, k, j)
+                future = self._pool.submit(self._fetch, need, k, j)
             except RuntimeError:  # the pool was shut down by close()
                 return
             future.add_done_callback(self._landed(entry))
@@ -161,11 +166,13 @@ class ShardPrefetcher:
 
     # -- the fetch threads -----------------------------------------------------------------------
 
-    def _fetch(self, k: int, j: int) -> bool:
+    def _fetch(self, need: int, k: int, j: int) -> bool:
+        """Fetch and pin shard j of cache k; False (nothing pinned) when stopped or when the read
+        reached the shard's first need while this fetch waited for a thread."""
         handle = self._handles[k]
         assert handle.remote is not None
         with self._cond:
-            if self._stopped:
+            if self._stopped or need < self._consumed:
                 return False
         entry = handle.manifest.shards[j]
         handle.remote.mirror().ensure(f"{SHARDS_DIR}/{entry.name}", size=entry.byte_len, sha256=entry.sha256, pin=True)
@@ -175,12 +182,13 @@ class ShardPrefetcher:
         def done(future: Future[bool]) -> None:
             need, k, flight = entry
             j = -1 - flight
-            pinned = not future.cancelled() and future.exception() is None and future.result()
+            failed = not future.cancelled() and future.exception() is not None
+            pinned = not future.cancelled() and not failed and future.result()
             unpin_now = False
             with self._cond:
                 if pinned:
                     self.fetched += 1
-                elif not future.cancelled():
+                elif failed:
                     self.failed += 1
                 if entry in self._held:
                     self._held.remove(entry)
