@@ -188,31 +188,45 @@ def child_read(spec: dict) -> dict:
     runtime = drt.DatasetRuntime(num_workers=spec["workers"]) if spec["workers"] else None
     ds = drt.CachedDataset([spec["url"]], reader_config=cfg, runtime=runtime)
     result["open_s"] = time.perf_counter() - start
-    warm: list[dict] = []
-    for name in ("cold", *["warm"] * spec.get("warm_passes", 1)):
+
+    def one_pass(dataset, name: str, t_start: float | None = None, wall0: float | None = None) -> dict:
+        nonlocal profiler
         tally = Tally(spec["expect"])
-        wall0 = t_open if name == "cold" else time.time()
-        t0 = start if name == "cold" else time.perf_counter()
+        wall0 = time.time() if wall0 is None else wall0
+        t0 = time.perf_counter() if t_start is None else t_start
         first = first_n = None
-        for b in ds.iter_batches(BATCH):
+        for b in dataset.iter_batches(BATCH):
             if first is None:
                 first, first_n = time.perf_counter() - t0, len(b)
             rows = np.frombuffer(b.data, dtype=np.uint8).reshape(len(b), size)
             tally.add_rows(rows, b.columns(["label"])["label"])
             del rows, b
         dt = time.perf_counter() - t0
-        if profiler is not None and name == "cold":
+        if profiler is not None:
             profiler.disable()
             profiler.dump_stats(spec["profile"])
             profiler = None
-        figures = pass_figures(tally, dt, first, first_n, wall0)
-        if name == "cold":
-            result["passes"]["cold"] = figures
-        else:
-            warm.append(figures)
         result["problems"] += [f"{name}: {p}" for p in tally.problems()]
+        return pass_figures(tally, dt, first, first_n, wall0)
+
+    result["passes"]["cold"] = one_pass(ds, "cold", start, t_open)
+    # The local-disk reference beside each warm epoch, in this process: the same files (the
+    # mirror this read just filled) opened as a local cache, its epochs in the same order as
+    # the remote dataset's (one untimed pass first, so epoch k of both is the same order).
+    local = None
+    if spec.get("paired_local") and mirror_dir(Path(spec["cache_dir"])) is not None:
+        local = drt.CachedDataset([str(mirror_dir(Path(spec["cache_dir"])))], reader_config=cfg, runtime=runtime)
+        one_pass(local, "local, untimed")
+    warm, local_warm = [], []
+    for k in range(spec.get("warm_passes", 1)):
+        warm.append(one_pass(ds, f"warm {k}"))
+        if local is not None:
+            local_warm.append(one_pass(local, f"local {k}"))
     result["passes"]["warm"] = median_pass(warm)
     result["warm_all_s"] = [p["s"] for p in warm]
+    if local is not None:
+        result["local_paired_s"] = [p["s"] for p in local_warm]
+        local.close()
     if spec.get("verify"):
         d = Digest()
         for b in ds.iter_batches(BATCH, with_metadata=False):
@@ -752,6 +766,7 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                                     "window_shards": vrow["window_shards"],
                                     "storage": storage_knobs,
                                     "warm_passes": warm_passes,
+                                    "paired_local": contender == OURS and variant == REMOTE,
                                 }
                                 python, module = None, "benchmarks.remote"
                                 if contender != OURS:
