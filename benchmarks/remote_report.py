@@ -157,7 +157,7 @@ def table(rows: list[dict], floors: list[dict], doc: dict) -> str:
             continue
         if not s:
             err = next((r.get("error") for r in row["runs"] if r.get("error")), "no run")
-            lines.append(f"{head} | error: {str(err)[:160]} |{empty}")
+            lines.append(f"{head} | error: {str(err).splitlines()[0][:160]} |{empty}")
             continue
         failed = len(row["runs"]) - s["repeats"]
         if failed:
@@ -190,7 +190,7 @@ def table(rows: list[dict], floors: list[dict], doc: dict) -> str:
     for f in floors:
         head = f"| {f['transport']} | {FLOOR} | {f['concurrency']} in flight | |"
         if f.get("error"):
-            lines.append(f"{head} error: {f['error'][:160]} |{empty}")
+            lines.append(f"{head} error: {f['error'].splitlines()[0][:160]} |{empty}")
             continue
         xs = f["rates"]
         share = f"; {med(xs) / link:.0%} of the link" if link else ""
@@ -343,11 +343,16 @@ def plot(doc: dict, path: Path) -> None:
 
     groups = [r for r in rows if r["transport"] == transport and r.get("summary") and not r.get("skipped")]
 
-    def bars(ax, picked, value, title, xlabel):
-        names = [f"{label(r, doc)}, {r['where']}" for r in picked]
-        vals = [value(r) for r in picked]
-        ys = list(range(len(picked)))
-        ax.barh(ys, vals, color=[("C0" if r["contender"] == OURS else "C1") for r in picked])
+    def bars(ax, picked, value, title, xlabel, extra=None):
+        entries = []
+        for r in picked:
+            entries.append((f"{label(r, doc)}, {r['where']}", value(r), "C0" if r["contender"] == OURS else "C1"))
+            if extra is not None and extra(r) is not None:
+                entries.append((f"{label(r, doc)}, {r['where']}: local disk, paired", extra(r), "C2"))
+        names = [e[0] for e in entries]
+        vals = [e[1] for e in entries]
+        ys = list(range(len(entries)))
+        ax.barh(ys, vals, color=[e[2] for e in entries])
         for y, v in zip(ys, vals):
             ax.text(v, y, f" {v:,.2f}" if v < 100 else f" {v:,.0f}", va="center", fontsize=7)
         ax.set_yticks(ys)
@@ -362,8 +367,9 @@ def plot(doc: dict, path: Path) -> None:
         axes[1][0],
         groups,
         lambda r: r["summary"]["warm"]["epoch"],
-        "warm epoch (local disk: its 2nd pass): samples/s",
+        "warm epoch (local disk: its 2nd pass; paired: read between the warm epochs): samples/s",
         "samples/s",
+        extra=lambda r: r["summary"].get("paired_local_epoch"),
     )
     bars(axes[1][1], remote, lambda r: r["summary"]["cold"]["first_batch_s"], "cold epoch: first batch", "seconds")
     loads = [x[0] for x in doc.get("load", []) if x]
