@@ -20,8 +20,11 @@ The protocol, per cache `<prefix>/<name>/` (docs/object-storage.md, "Writing"):
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,7 +144,8 @@ def write_sources_remote(
 ) -> list[CacheWriteResult]:
     """Write `sources` as caches under `base`, one at a time: `write_local(sources, dir)` writes
     a source into a fresh local staging base (under the node cache's root), its cache is uploaded
-    and published, and the local copy removed, so local disk holds one cache at a time. Results
+    and published, and the local copy removed, so local disk holds one cache at a time (a killed
+    writer's staging directory is removed by the next write on the node: `_new_staging`). Results
     are per source, in order (`CacheWriteSuccess.path` is the cache's URL string). With
     `reuse_existing`, a published cache of the source's name is checked (`check_reused(name,
     url)`) and reused instead of written."""
@@ -156,7 +160,7 @@ def write_sources_remote(
                 problem = check_reused(name, url) if check_reused is not None else None
                 results.append(CacheWriteError(name, problem) if problem else CacheWriteSuccess(name, url))  # type: ignore[arg-type]
                 continue
-        staging = Path(tempfile.mkdtemp(prefix="write-", dir=root))
+        staging, lock_fd = _new_staging(root)
         try:
             [result] = write_local([source], staging)
             if isinstance(result, CacheWriteSuccess):
@@ -173,7 +177,47 @@ def write_sources_remote(
             results.append(result)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            os.close(lock_fd)
     return results
+
+
+STAGING_LOCK = ".writer.lock"
+STALE_STAGING_MIN_AGE_S = 60.0
+
+
+def _new_staging(root: Path) -> tuple[Path, int]:
+    """A fresh staging directory under `root` and the descriptor of its lock, held (flock) for as
+    long as the write runs; the staging directories of dead writers (their lock free) go first."""
+    _remove_stale_staging(root)
+    staging = Path(tempfile.mkdtemp(prefix="write-", dir=root))
+    fd = os.open(staging / STAGING_LOCK, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return staging, fd
+
+
+def _remove_stale_staging(root: Path, min_age_s: float = STALE_STAGING_MIN_AGE_S) -> None:
+    """Remove the staging directories a killed writer left under `root`: those whose lock no
+    process holds (or that have none) and that are older than `min_age_s` (a writer holds its
+    lock from its first microseconds)."""
+    now = time.time()
+    for staging in root.glob("write-*"):
+        try:
+            if now - staging.stat().st_mtime < min_age_s:
+                continue
+            fd = os.open(staging / STAGING_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            shutil.rmtree(staging, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: a live writer's
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _valid_segment(name: str) -> bool:
