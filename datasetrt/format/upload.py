@@ -10,7 +10,9 @@ The protocol, per cache `<prefix>/<name>/` (docs/object-storage.md, "Writing"):
   2. the writer claims the name with a create-only put of `<name>/.datasetrt-writer` (who and
      when: format/claims.py); a claim already there is another writer's, live or dead: one made
      by a process provably dead (on this node) is taken over, its objects cleared first; any other
-     is an error that names `datasetrt prune`, which removes a dead writer's objects;
+     is an error that names `datasetrt prune`, which removes a dead writer's objects; with the
+     claim held, the manifest is looked up again (a writer that published since step 1 released
+     its claim only after), so nothing is uploaded over a published cache;
   3. shards, index, metadata, the checksum sidecar and the dictionary are uploaded (large ones in
      parts), then the manifest with a create-only put: the one moment the cache appears; an
      upload that fails removes what it put and its claim, unless the manifest is there;
@@ -79,21 +81,29 @@ def publish_cache(local_dir: Path, store: ObjectStore) -> str | None:
         problem = _take_over(store, mine)
         if problem:
             return problem
+    if _published(store):  # published between our first look and our claim (its writer then released it)
+        _drop_claim(store)
+        return f"{EXISTS}: {store.url}"
     names = upload_order(local_dir)
     try:
         for name in names[:-1]:
             store.put(name, local_dir / name)
         store.put_if_absent(MANIFEST_NAME, (local_dir / MANIFEST_NAME).read_bytes())
     except ObjectExistsError:
+        _drop_claim(store)
         return f"{EXISTS}: {store.url}"
     except DatasetRTError:
         _remove_unpublished_upload(store, names[:-1])
         raise
+    _drop_claim(store)
+    return None
+
+
+def _drop_claim(store: ObjectStore) -> None:
     try:
         store.delete([CLAIM_NAME])
     except DatasetRTError:
-        pass  # published; a claim left behind only blocks nothing (the manifest answers first)
-    return None
+        pass  # a claim left beside a manifest blocks nothing (the manifest answers first)
 
 
 def _take_over(store: ObjectStore, mine: bytes) -> str | None:
@@ -113,7 +123,8 @@ def _take_over(store: ObjectStore, mine: bytes) -> str | None:
             claim, reason = read_claim(store), ""
     else:
         reason = ""
-    base = store.url.rpartition("/")[0] or store.url
+    location = store.location
+    base = RemoteLocation(location.scheme, location.bucket, location.prefix.rpartition("/")[0]).url
     return (
         f"another writer holds {store.url_of(CLAIM_NAME)} ({describe_claim(claim)}: writing now, or killed "
         f"before it published){reason}; if none is running, `datasetrt prune {base}` removes its objects "

@@ -73,6 +73,17 @@ def test_a_live_writers_claim_is_an_error_naming_prune(runtime, bucket, s3_proxy
     assert names(cache) == [CLAIM_NAME]  # nothing uploaded
 
 
+def test_a_cache_published_after_the_first_look_is_never_uploaded_over(runtime, bucket, s3_proxy, tmp_path):
+    assert isinstance(write(runtime, f"s3://{bucket}/caches", s3_proxy, tmp_path), drt.CacheWriteSuccess)
+    puts = s3_proxy.count("PUT", "caches/a/shards/*")
+    # the first look misses the manifest (as if another writer published just after it)
+    s3_proxy.fail("caches/a/manifest.json", status=404, times=1, method="HEAD")
+    result = write(runtime, f"s3://{bucket}/caches", s3_proxy, tmp_path)
+    assert isinstance(result, drt.CacheWriteError) and "cache path already exists" in result.message
+    assert s3_proxy.count("PUT", "caches/a/shards/*") == puts  # nothing uploaded over the published cache
+    assert CLAIM_NAME not in names(make_store(s3_proxy, bucket, "caches/a"))
+
+
 def test_a_failed_upload_removes_what_it_put_and_its_claim(runtime, bucket, s3_proxy, tmp_path):
     s3_proxy.fail("caches/a/index.bin", status=403, times=None, method="PUT")
     result = write(runtime, f"s3://{bucket}/caches", s3_proxy, tmp_path)
@@ -86,7 +97,8 @@ def test_a_failed_upload_removes_what_it_put_and_its_claim(runtime, bucket, s3_p
 def test_unpublished_lists_only_cache_shaped_prefixes_without_a_manifest(runtime, bucket, s3_proxy, tmp_path):
     assert isinstance(write(runtime, f"s3://{bucket}/base", s3_proxy, tmp_path, "done"), drt.CacheWriteSuccess)
     base = make_store(s3_proxy, bucket, "base")
-    base.put("orphan/" + CLAIM_NAME, claim_text())
+    mine = claim_text()
+    base.put("orphan/" + CLAIM_NAME, mine)
     base.put("orphan/shards/000000.bin", b"x" * 100)
     base.put("notes/readme.txt", b"not a cache")  # not cache-shaped: never listed
     base.put("deeper/c/shards/000000.bin", b"y")  # nested deeper: never listed
@@ -94,7 +106,7 @@ def test_unpublished_lists_only_cache_shaped_prefixes_without_a_manifest(runtime
     assert [(f.name, f.url, sorted(i.name for i in f.objects)) for f in found] == [
         ("orphan", f"s3://{bucket}/base/orphan", [CLAIM_NAME, "shards/000000.bin"])
     ]
-    assert found[0].size_bytes == 100 + len(claim_text()) and found[0].idle_s is not None
+    assert found[0].size_bytes == 100 + len(mine) and found[0].idle_s is not None and found[0].claim == mine
     assert "pid" in found[0].holder
     assert unpublished(base) == []  # idle for less than the default hour
     # the location of one unpublished cache lists that cache; a published one lists nothing
