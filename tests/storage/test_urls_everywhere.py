@@ -114,3 +114,19 @@ def test_a_url_mangled_by_pathlib_is_refused_by_every_entry_point(runtime, tmp_p
         with pytest.raises(ConfigError, match="lost a slash"):
             call()
     assert not any(tmp_path.iterdir()) and not Path("s3:").exists()  # nothing written as a local directory
+
+
+def test_a_mixture_names_caches_by_url_in_any_spelling(runtime, bucket, s3_proxy, tmp_path):
+    from datasetrt.errors import UnknownStreamError
+    from datasetrt.sampling.mixture import Mixture, Stream
+
+    config = writer_config(storage=storage(s3_proxy, tmp_path, "w"))
+    urls = [r.path for r in runtime.write_cache(sources(), f"s3://{bucket}/mix", writer_config=config)]
+    reader = drt.ReaderConfig(seed=1, storage=storage(s3_proxy, tmp_path))
+    ds = runtime.cached_dataset(urls, reader_config=reader)
+    a_spelled = f"s3a://{bucket}/mix/a/"  # an alias scheme and a trailing slash: the same cache
+    ds.set_mixture(Mixture({"a": 1}, {"a": Stream.by_cache(a_spelled), "b": Stream.by_cache(urls[1])}))
+    got = {s.metadata["label"].split("-")[0] for s in ds}
+    assert got == {"a"}
+    with pytest.raises(UnknownStreamError, match="mix/c"):
+        ds.set_mixture(Mixture({"c": 1}, {"c": Stream.by_cache(f"s3://{bucket}/mix/c")}))
