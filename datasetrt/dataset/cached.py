@@ -554,9 +554,20 @@ class CachedDataset:
 
     def update_manifests(self, version: Any) -> Ok | Err:
         """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest
-        (datasetrt/format/migrate.py)."""
+        (datasetrt/format/migrate.py). A cache in object storage is refused (Err naming it): its
+        node-local copy is not the cache, and a published manifest is never replaced in place."""
         from datasetrt.format.migrate import update_manifests
+        from datasetrt.format.results import AbsentManifestTarget, Err, ManifestUpdateError
 
+        for h in self._handles:
+            if h.remote is not None:
+                return Err(
+                    ManifestUpdateError(
+                        AbsentManifestTarget(h.source),
+                        f"{h.source}: manifests of caches in object storage are not migrated in place; "
+                        "migrate a local copy and write it to a new prefix",
+                    )
+                )
         return update_manifests([h.path for h in self._handles], self._catalog.cache_ids.tolist(), version)
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -130,3 +130,14 @@ def test_a_mixture_names_caches_by_url_in_any_spelling(runtime, bucket, s3_proxy
     assert got == {"a"}
     with pytest.raises(UnknownStreamError, match="mix/c"):
         ds.set_mixture(Mixture({"c": 1}, {"c": Stream.by_cache(f"s3://{bucket}/mix/c")}))
+
+
+def test_update_manifests_refuses_caches_in_object_storage(runtime, bucket, s3_proxy, tmp_path):
+    config = writer_config("none", max_shard_bytes=SHARD_BYTES, storage=storage(s3_proxy, tmp_path, "w"))
+    urls = [r.path for r in runtime.write_cache(sources(), f"s3://{bucket}/m", writer_config=config)]
+    ds = drt.CachedDataset(urls, reader_config=drt.ReaderConfig(seed=0, storage=storage(s3_proxy, tmp_path)))
+    puts = s3_proxy.count("PUT")
+    result = ds.update_manifests(3)
+    assert isinstance(result, drt.Err)
+    assert urls[0] in result.error.message and "object storage" in result.error.message
+    assert s3_proxy.count("PUT") == puts  # nothing written, in the store or claimed as updated
