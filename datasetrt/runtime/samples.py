@@ -126,6 +126,6 @@ class SampleBuilder:
 
 
 def _one_at_a_time(chunk: Chunk, metas: list[dict], ids: list[int], sids: list[int]) -> Iterator[CachedSample]:
-    with memoryview(chunk.data) as view:  # released even if the consumer abandons us
+    with chunk.data.data as view:  # the array's bytes (ndarray.data); released even if the consumer abandons us
         for off, length, meta, cid, sid in zip(chunk.data_off.tolist(), chunk.data_len.tolist(), metas, ids, sids):
             yield CachedSample(view[off : off + length].tobytes(), meta, cid, sid)
