@@ -61,9 +61,9 @@ class BatchRun(RingRun[PackedBatch]):
         self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape, pool_running: bool = True
     ) -> None:
         """`pool_running=False` (the runtime's workers are not launched yet): the first batch
-        is read in this process before `get_pool` launches them. Forking a worker from a process
-        that imported torch takes 15-90 ms each here (the parent's atfork handlers and page
-        tables), which the first batch would otherwise wait for."""
+        is read in this process before `get_pool` launches them: forking a worker from a process
+        that imported torch pays for the parent's atfork handlers and page tables, which the first
+        batch would otherwise wait for."""
         ring_shape, bound = batch_ring(spec, shape)
         super().__init__(spec, get_pool, ring_shape, bound, attach=pool_running)
         self.batch_shape = shape

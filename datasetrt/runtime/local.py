@@ -249,7 +249,7 @@ class BufferPool:
     handed out and reuses one only when its reference count shows that nothing outside the pool
     refers to it (a batch, its arrays and every view, memoryview or tensor made from them hold a
     reference to the buffer). A fresh buffer of tens of MiB costs a page fault per 4 KiB on its
-    first write; a recycled one costs nothing (150 KiB records: batches read 1.6x faster)."""
+    first write; a recycled one costs nothing (docs/benchmarks.md)."""
 
     def __init__(self, keep: int = 2) -> None:
         self.keep = keep  # with `for b in it`, the consumer still holds the previous batch

@@ -21,8 +21,7 @@ from datasetrt.values.records import CachedSample
 
 # Payloads at least this large on average are copied out one at a time as the consumer advances,
 # not a whole chunk at once: a chunk's worth of large bytes objects freed one by one lets glibc
-# trim the heap, and the next chunk pays a page fault per 4 KiB again (measured: 150 KiB records
-# 1.5x faster).
+# trim the heap, and the next chunk pays a page fault per 4 KiB again (docs/benchmarks.md).
 LAZY_PAYLOAD_BYTES = 32 * 1024
 
 
