@@ -11,6 +11,10 @@ row), `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan positio
 exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`,
 `epoch_len` (None = the population's epoch), the population and the active frame. Every window
 is built by `_window`, the one place that asks `sampling.orders` for an order.
+
+Size: over 500 lines because it is the public API surface of dataset-rt's `CachedDataset` (each
+public method with its docstring and argument checks); the work behind them lives in `reads.py`,
+`tables.py`, `stages.py`, `remote.py` and `sampling/`.
 """
 
 from __future__ import annotations
