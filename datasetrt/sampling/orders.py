@@ -23,6 +23,7 @@ from datasetrt.sampling.locality import Locality, LocalityPermutation, blocks_di
 from datasetrt.sampling.permutation import EXACTLY_ONCE, EpochPermutation, repeat_counts
 from datasetrt.sampling.planner import PlanWindow, Population, RowPlan, Window
 from datasetrt.sampling.plans import MixturePlan, SegmentedPlan
+from datasetrt.sampling.ranks import RankedLocality, RankSplit
 
 
 @dataclass(frozen=True)
@@ -115,14 +116,37 @@ def permutation(population: Population, seed: int) -> EpochPermutation:
 
 
 def window(
-    population: Population, start: int, length: int, *, shuffle: bool, seed: int, ordering: Ordering
+    population: Population,
+    start: int,
+    length: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    ordering: Ordering,
+    ranks: RankSplit | None = None,
 ) -> Window | PlanWindow:
     """`length` positions of the order over `population` from position `start` (dataset-rt's
-    cursor or draw index, or a position of the population's plan)."""
+    cursor or draw index, or a position of the population's plan). With `ranks`, a window that
+    starts an epoch of a locality-aware order and is one epoch long reads the order re-planned
+    for those ranks (`ranked_plan`); any other order or window is as without."""
     plan = position_plan(population, seed, ordering) if shuffle else None
+    epoch = isinstance(plan, LocalityPermutation) and length == plan.positions_per_epoch and start % length == 0
+    if ranks is not None and ranks.world > 1 and epoch:
+        plan = ranked_plan(population, seed, ordering, ranks)
     if plan is not None:
         return PlanWindow(population, plan, start, length)
     return Window(population, shuffle, seed, start, length)
+
+
+def ranked_plan(population: Population, seed: int, ordering: Ordering, ranks: RankSplit) -> RankedLocality:
+    """The locality-aware order of `population` re-planned per epoch for `ranks` (ranks.py), built
+    once per population, seed, window and split over the population's locality order."""
+    base = position_plan(population, seed, ordering)
+    assert isinstance(base, LocalityPermutation)
+    key = ("locality-ranks", seed, ordering.window_shards, ranks)
+    plan = population.plan(key, lambda: RankedLocality(base, ranks))
+    assert isinstance(plan, RankedLocality)
+    return plan
 
 
 def epoch_positions(population: Population, *, shuffle: bool, seed: int, ordering: Ordering) -> int:
