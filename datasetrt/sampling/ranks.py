@@ -11,15 +11,16 @@ The order (docs/sampling.md, "Ranks"): epoch e visits the blocks in the base ord
 (`LocalityPermutation.epoch_layout`) and deals them, one at a time in that order, to the rank
 furthest below its quota (the fewest positions dealt minus the rank's quota Q_r, see below; ties:
 the lowest rank), so every rank's share stays within one block of its quota's share all along
-the epoch. Rank r's sequence S_r is its blocks in dealt order, cut
-into windows of `window_blocks` of its blocks, each window's records permuted by
-`permutation_key(seed, WINDOW_LABEL ^ label ^ (i * world + r), e)` (window i of rank r). Rank r
-reads the first `min(|S_r|, Q_r)` of S_r at its positions of the layout (Q_r: the epoch positions
-the layout gives rank r); what a rank has beyond its quota (its last records) is read, in rank
-order, by the ranks whose shards ran out, after their own records, then by the dropped positions.
-So every aligned epoch of T positions holds each row its count times, and a rank reads records
-of other ranks' shards only at the end of an epoch, at most about one block's worth per rank.
-With world 1 the order is the base order, position for position.
+the epoch. Rank r's records, its blocks' rows in dealt order (each repeated by its count), are cut
+into segments at every `window_blocks` of its blocks and, with world > 1, at its quota Q_r (the
+epoch positions the layout gives rank r); segment k's records are permuted by
+`permutation_key(seed, WINDOW_LABEL ^ label ^ (k * world + r), e)`, giving its sequence S_r.
+Rank r reads the first `min(|S_r|, Q_r)` of S_r at its positions of the layout; the records a
+rank has beyond its quota (the tail of its last blocks: the deal keeps it within about one block)
+are read, in rank order, by the ranks whose blocks ran out, after their own records, then by the
+dropped positions. So every aligned epoch of T positions holds each row its count times, and a
+rank reads records of other ranks' shards only at the end of an epoch, about one block's worth
+from each rank that gives. With world 1 the order is the base order, position for position.
 
 Memory: per epoch O(blocks) (the deal and every rank's window starts), and the rows of up to
 2 * world materialised windows (a process reading one rank's positions touches one at a time).
@@ -98,14 +99,16 @@ class RankSplit:
 
 
 class _Deal:
-    """One epoch's deal: per rank its blocks (dense ids, dealt order), its window starts (epoch
-    positions of S_r, windows + 1 entries), and the spill arithmetic."""
+    """One epoch's deal: per rank its blocks (dense ids, dealt order), the start of each of its
+    blocks and of each of its segments in S_r (with the end appended), and the spill arithmetic."""
 
-    __slots__ = ("blocks", "window_starts", "sizes", "own", "deficit_start", "excess_start", "quotas")
+    __slots__ = ("blocks", "block_starts", "segments", "sizes", "own", "deficit_start", "excess_start", "quotas")
 
-    def __init__(self, blocks: list[np.ndarray], window_starts: list[np.ndarray], quotas: np.ndarray) -> None:
-        self.blocks, self.window_starts, self.quotas = blocks, window_starts, quotas
-        self.sizes = np.array([int(w[-1]) for w in window_starts], dtype=np.int64)
+    def __init__(
+        self, blocks: list[np.ndarray], block_starts: list[np.ndarray], segments: list[np.ndarray], quotas: np.ndarray
+    ) -> None:
+        self.blocks, self.block_starts, self.segments, self.quotas = blocks, block_starts, segments, quotas
+        self.sizes = np.array([int(b[-1]) for b in block_starts], dtype=np.int64)
         self.own = np.minimum(self.sizes, quotas)
         self.deficit_start = np.concatenate([[0], np.cumsum(np.maximum(quotas - self.sizes, 0))]).astype(np.int64)
         self.excess_start = np.concatenate([[0], np.cumsum(np.maximum(self.sizes - quotas, 0))]).astype(np.int64)
@@ -122,7 +125,7 @@ class RankedLocality:
         self.positions_per_epoch = base.positions_per_epoch
         self._quotas = split.quotas(self.positions_per_epoch)
         self._epoch: tuple[int, _Deal] | None = None
-        self._windows: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._windows: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray | None, int]] = {}
 
     def __reduce__(self) -> tuple:
         return RankedLocality, (self.base, self.split)
@@ -149,52 +152,59 @@ class RankedLocality:
             short, r = heap[0]
             owner[k] = r
             heapq.heapreplace(heap, (short + size, r))
-        blocks, window_starts = [], []
+        blocks, block_starts, segments = [], [], []
         for r in range(world):
-            mine = np.flatnonzero(owner == r)
-            positions = self.base.block_positions[order[mine]]
-            starts = np.zeros(-(-len(mine) // w) + 1, dtype=np.int64)
-            if len(mine):
-                np.cumsum(np.add.reduceat(positions, np.arange(0, len(mine), w)), out=starts[1:])
-            blocks.append(order[mine])
-            window_starts.append(starts)
-        deal = _Deal(blocks, window_starts, self._quotas)
+            mine = order[owner == r]
+            starts = np.zeros(len(mine) + 1, dtype=np.int64)
+            np.cumsum(self.base.block_positions[mine], out=starts[1:])
+            cuts = starts[::w] if len(mine) % w == 0 else np.append(starts[::w], starts[-1])
+            quota = int(self._quotas[r])
+            if world > 1 and quota < starts[-1]:  # the records beyond the quota: a segment of their own
+                cuts = np.union1d(cuts, [quota])
+            blocks.append(mine)
+            block_starts.append(starts)
+            segments.append(cuts.astype(np.int64))
+        deal = _Deal(blocks, block_starts, segments, self._quotas)
+        self._windows = {}
         self._epoch = (epoch, deal)
-        self._windows.clear()
         return deal
 
-    def _window_rows(self, epoch: int, deal: _Deal, rank: int, window: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """Rows of window `window` of rank `rank` in block order and their inclusive repeat
-        running sums (None without repeat counts); up to 2 * world kept."""
-        key = (epoch, rank, window)
+    def _segment_rows(
+        self, epoch: int, deal: _Deal, rank: int, segment: int
+    ) -> tuple[np.ndarray, np.ndarray | None, int]:
+        """The rows of the blocks segment `segment` of rank `rank` overlaps, in block order, their
+        inclusive repeat running sums (None without repeat counts) and the segment's start within
+        them; up to 2 * world kept."""
+        key = (epoch, rank, segment)
         cached = self._windows.get(key)
         if cached is not None:
             return cached
-        base, w = self.base, self.base.window_blocks
-        spans = [
-            (base.block_start[b], base.block_start[b + 1]) for b in deal.blocks[rank][window * w : (window + 1) * w]
-        ]
+        base, starts = self.base, deal.block_starts[rank]
+        begin, end = deal.segments[rank][segment : segment + 2].tolist()
+        first = int(np.searchsorted(starts, begin, side="right")) - 1
+        last = int(np.searchsorted(starts, end, side="left"))
+        spans = [(base.block_start[b], base.block_start[b + 1]) for b in deal.blocks[rank][first:last]]
         rows = np.concatenate([base.block_rows[a:b] for a, b in spans])
         ends = None
         if base.counts is not None:
             ends = np.cumsum(np.concatenate([base.counts[a:b] for a, b in spans]))
-        if len(self._windows) >= 2 * self.split.world:
-            self._windows.pop(next(iter(self._windows)))
-        self._windows[key] = (rows, ends)
-        return rows, ends
+        made = (rows, ends, begin - int(starts[first]))
+        kept = list(self._windows.items())[-(2 * self.split.world - 1) :] if self.split.world > 1 else []
+        self._windows = {**dict(kept), key: made}  # replaced whole: readers in other threads see one or the other
+        return made
 
     def _sequence(self, epoch: int, deal: _Deal, rank: int, index: np.ndarray) -> np.ndarray:
         """Rows of S_rank at `index` (int64, any order)."""
-        starts = deal.window_starts[rank]
-        window = np.searchsorted(starts, index, side="right") - 1
+        cuts = deal.segments[rank]
+        segment = np.searchsorted(cuts, index, side="right") - 1
         out = np.empty(len(index), dtype=np.int64)
         world, base = self.split.world, self.base
-        for i in np.unique(window).tolist():
-            at = np.flatnonzero(window == i)
-            begin, end = int(starts[i]), int(starts[i + 1])
-            rows, ends = self._window_rows(epoch, deal, rank, i)
-            key = perm.permutation_key(base.seed, WINDOW_LABEL ^ base.label ^ (i * world + rank), epoch)
-            values = perm.permute_values(key, end - begin, index[at] - begin)
+        for k in np.unique(segment).tolist():
+            at = np.flatnonzero(segment == k)
+            begin, end = int(cuts[k]), int(cuts[k + 1])
+            rows, ends, offset = self._segment_rows(epoch, deal, rank, k)
+            key = perm.permutation_key(base.seed, WINDOW_LABEL ^ base.label ^ (k * world + rank), epoch)
+            values = perm.permute_values(key, end - begin, index[at] - begin) + offset
             if ends is not None:
                 values = np.searchsorted(ends, values, side="right")
             out[at] = rows[values]

@@ -4,6 +4,7 @@ the base order, and a rank reads its own shards except a bounded spill at the en
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections import Counter
 
@@ -50,16 +51,16 @@ def reference_epoch(seed, blocks, window, counts, epoch, world, batch, drop_last
         dealt[r] += size[b]
     seqs = []
     for r in range(world):
+        recs = [row for b in mine[r] for row in members[b] for _ in range(1 if counts is None else int(counts[row]))]
+        cuts = {0, len(recs)}  # segments: every `window` of the rank's blocks, and its quota (world > 1)
+        cuts |= {sum(size[b] for b in mine[r][:i]) for i in range(0, len(mine[r]), window)}
+        if world > 1 and quota[r] < len(recs):
+            cuts.add(quota[r])
+        bounds = sorted(cuts)
         seq = []
-        for i in range(0, len(mine[r]), window):
-            recs = [
-                row
-                for b in mine[r][i : i + window]
-                for row in members[b]
-                for _ in range(1 if counts is None else int(counts[row]))
-            ]
-            k = ref.permutation_key(seed, WINDOW_LABEL ^ label ^ ((i // window) * world + r), epoch)
-            seq += [recs[ref.permute(k, len(recs), t)] for t in range(len(recs))]
+        for k, (a, z) in enumerate(itertools.pairwise(bounds)):
+            key = ref.permutation_key(seed, WINDOW_LABEL ^ label ^ (k * world + r), epoch)
+            seq += [recs[a + ref.permute(key, z - a, t)] for t in range(z - a)]
         seqs.append(seq)
     excess = [row for r in range(world) for row in seqs[r][quota[r] :]]
     out = [None] * total
