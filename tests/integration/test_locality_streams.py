@@ -146,3 +146,24 @@ def test_a_curriculum_reads_the_plan_and_resumes_exactly(paths):
         other.set_curriculum(curriculum(paths))
         with pytest.raises(SamplingStateError, match="another order"):
             other.load_state_dict(state)
+
+
+def test_torch_loaders_read_the_mixture_s_locality_order_in_spawned_workers(paths):
+    pytest.importorskip("torch")
+    ds = open_ds(paths)
+    ds.set_mixture(mixture(paths))
+
+    def batches(**kw):
+        dl = ds.to_torch_dataloader(seed=3, batch_size=6, verbose=False, collate_fn=ids, **kw)
+        return [list(dl) for _ in range(2)]
+
+    main = batches(num_workers=0)
+    assert batches(num_workers=1, multiprocessing_context="spawn") == main
+    every, rows = table_rows(ds)
+    first = [key for batch in main[0] for key in batch]
+    for stream_rows in rows.values():  # each stream's rows once per stream epoch
+        mine = [key for key in first if key in {every[i] for i in stream_rows}]
+        size = len(stream_rows)
+        assert len(set(mine[:size])) == len(mine[:size]) and len(mine) > size // 2
+    state = ds.to_torch_dataloader(seed=3, batch_size=6, verbose=False).state_dict()
+    assert state["sampling"] == ds.order_identity() and state["sampling"].startswith("mixture+locality:")
