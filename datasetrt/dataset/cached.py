@@ -53,6 +53,7 @@ from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
 from datasetrt.sampling.mixture import Mixture
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.sampling.populations import PopulationExport
+from datasetrt.sampling.ranks import RankSplit
 from datasetrt.storage.urls import parse_location
 from datasetrt.table.catalog import CacheCatalog
 from datasetrt.values.config import PayloadSpec, ReaderConfig
@@ -179,7 +180,13 @@ class CachedDataset:
         self._epoch_len = epoch_len
 
     def _window(
-        self, population: Population, start: int, length: int, shuffle: bool | None = None, seed: int | None = None
+        self,
+        population: Population,
+        start: int,
+        length: int,
+        shuffle: bool | None = None,
+        seed: int | None = None,
+        ranks: RankSplit | None = None,
     ) -> Window | PlanWindow:
         """The one place a window is built: `length` positions of the dataset's order over
         `population` from dataset position `start` (`sampling.orders.window`)."""
@@ -190,6 +197,7 @@ class CachedDataset:
             shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
             seed=self._seed if seed is None else seed,
             ordering=self._ordering,
+            ranks=ranks,
         )
 
     def _plan(self, population: Population) -> Any:
@@ -237,14 +245,20 @@ class CachedDataset:
         population: Population | None = None,
         shuffle: bool | None = None,
         seed: int | None = None,
+        rank_layout: tuple[int, int, bool] | None = None,
     ) -> Window | PlanWindow:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
-        loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
-        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per
-        population, so processes forked afterwards share them."""
+        loader's own stream). `rank_layout` = (world_size, batch_size, drop_last): how ranks will
+        read the window (steps of world_size batches, rank r reading batch r of each); a
+        locality-aware order then plans each epoch-long window so that each rank reads its own
+        shards (docs/sampling.md, "Ranks"); other orders ignore it. Reserves nothing; computes
+        the plan's tables (the weighted sampler's running sums, an exactly-once order's, a
+        mixture's or a curriculum's plan) now, once per population, so processes forked
+        afterwards share them."""
         population = self._population if population is None else population
-        window = self._window(population, start, length, shuffle, seed)
+        ranks = None if rank_layout is None else RankSplit(*rank_layout)
+        window = self._window(population, start, length, shuffle, seed, ranks)
         if window.shuffle and population.weighted and len(population):
             population.cumulative()
         return window
