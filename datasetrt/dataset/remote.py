@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence, Sized
 from typing import Any, Generic, TypeVar
 
 from datasetrt.errors import DiskLimitError
+from datasetrt.format.layout import MANIFEST_NAME
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.local import Chunk
@@ -37,8 +38,10 @@ def _remote(handles: Sequence[CacheHandle]) -> list[CacheHandle]:
 
 
 def _small_bytes(handle: CacheHandle) -> int:
+    """Bytes a remote cache keeps in its mirror for the dataset's life: the manifest and the small files."""
     total = 0
-    for name, size, _sha256 in small_files(handle.manifest):
+    files = [(MANIFEST_NAME, None, ""), *small_files(handle.manifest)]
+    for name, size, _sha256 in files:
         if size is None:
             try:
                 size = (handle.path / name).stat().st_size
