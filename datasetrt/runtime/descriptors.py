@@ -45,7 +45,7 @@ import resource
 import threading
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from datasetrt.errors import CacheIOError
 
@@ -250,6 +250,30 @@ class DescriptorBudget:
                 reader.fds[s] = fd
                 reader.open_fds += 1
                 self._open += 1
+            finally:
+                self._drain_pending()
+
+    def close_fetched(self, reader: ShardDescriptors, keep: Container[tuple[int, int]]) -> int:
+        """Close the open shards of `reader`'s fetched-on-demand caches but those in `keep`
+        ((cache, shard) pairs); returns how many. The node cache may evict such a file, and an
+        open descriptor would keep an evicted file's space in use; a block that needs it again
+        has it fetched (or found) and opened again. O(shards of the reader's open fetched caches)."""
+        with self._lock:
+            try:
+                closed = 0
+                for k in reader.lru:
+                    if not reader.fetched[k]:
+                        continue
+                    base = reader.base[k]
+                    for j in range(reader.count[k]):
+                        fd = reader.fds[base + j]
+                        if fd >= 0 and (k, j) not in keep:
+                            reader.fds[base + j] = -1
+                            os.close(fd)
+                            closed += 1
+                reader.open_fds -= closed
+                self._open -= closed
+                return closed
             finally:
                 self._drain_pending()
 
