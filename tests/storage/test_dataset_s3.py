@@ -183,9 +183,11 @@ def test_a_node_cache_limit_too_small_for_the_order_is_refused_at_open(urls, s3_
 
 def test_a_transient_503_is_retried_and_the_read_is_unchanged(urls, local, s3_proxy, tmp_path):
     want = samples_of(drt.CachedDataset(local, reader_config=drt.ReaderConfig(seed=1)))
-    s3_proxy.fail("shards/", status=503, times=3)
+    s3_proxy.fail("*/shards/*", status=503, times=3)
     cfg = drt.ReaderConfig(seed=1, storage=storage(s3_proxy, tmp_path, prefetch_shards=0))
     assert samples_of(drt.CachedDataset(urls, reader_config=cfg)) == want
+    gets = shard_gets(s3_proxy)
+    assert sum(gets.values()) == len(gets) + 3  # the three failed answers were retried
 
 
 def test_a_corrupted_shard_object_is_an_integrity_error_naming_its_url(urls, s3_proxy, tmp_path, bucket):
