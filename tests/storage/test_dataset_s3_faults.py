@@ -134,7 +134,7 @@ def test_500_503_and_slow_answers_during_an_epoch_change_nothing(written, s3_pro
     s3_proxy.fail("*/shards/*", status=500, times=6, method="GET")
     s3_proxy.delay("*/shards/*", 0.05, times=8, method="GET")
     s3_proxy.fail("*/shards/*", status=503, times=4, method="GET")
-    storage = reader(s3_proxy, tmp_path)
+    storage = reader(s3_proxy, tmp_path, retry_attempts=20)  # more than the 16 failures: no request exhausts it
     with drt.DatasetRuntime(num_workers=2) as rt:
         assert rows_of(urls, SHUFFLED, storage, rt) == want
         ds = drt.CachedDataset(urls, reader_config=drt.ReaderConfig(**SHUFFLED, storage=storage), runtime=rt)
