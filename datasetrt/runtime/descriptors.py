@@ -13,7 +13,9 @@ at least 16 and at most 4096: the other half is headroom for the rest of the pro
 and sidecar files cost no descriptor: they are mapped and their descriptor closed at once
 (`MappedFile`).
 
-Granularity: a cache's shards are opened and closed together (`open_block`). When opening needs
+Granularity: a cache's shards are opened and closed together (`open_block`), but for a cache whose
+shards arrive on demand (a remote cache's mirror), which open one by one as they are fetched
+(`open_fetched`) and may be closed one by one (`close_fetched`). When opening needs
 room, the least recently used caches of any reader in the process are closed first: readers in
 the order they last gathered, and within a reader its caches in the order they last served a
 block that needed opening. Never closed: a cache a gather is using right now (`open_block` pins

@@ -44,10 +44,9 @@ def _node_cache_tight(handles: Sequence[CacheHandle]) -> bool:
     need = sum(s.byte_len for h in handles if h.remote is not None for s in h.manifest.shards)
     need += sum(size or 0 for h in handles if h.remote is not None for _n, size, _s in small_files(h.manifest))
     node = remote[0].storage.node_cache()
-    room = node.capacity_bytes()
-    if node.limit_bytes is not None:
-        room = min(room, node.limit_bytes)
-    return need > room
+    if node.limit_bytes is not None and need > node.limit_bytes:
+        return True
+    return need > node.free_bytes() and need > node.capacity_bytes()  # walk the cache only on a small disk
 
 
 class Gatherer:
