@@ -116,6 +116,9 @@ def test_a_server_stopped_beyond_the_budget_is_a_typed_error_and_the_dataset_rea
             s3_proxy.up()
         error = info.value
         assert f"s3://{bucket}/caches/" in str(error) and "/shards/" in str(error), error
+        assert error.url is not None and error.url.startswith(f"s3://{bucket}/caches/"), (
+            error.url
+        )  # kept across processes
         no_secret(error)
         assert got == want[: len(got)]  # what came before the error is exact
         # the same dataset once the server is back: its next epoch (the failed one reserved its window)
