@@ -1,5 +1,5 @@
 # Native twin of datasetrt/format/layout.py: the record-layout sizes the kernels index by
-# (docs/storage-format.md). tests/unit/test_codecs.py checks them (gather.RECORD_LAYOUT) against the Python ones.
+# (docs/storage-format.md). tests/unit/values/test_codecs.py checks them (gather.RECORD_LAYOUT) against the Python ones.
 
 cdef enum:
     INDEX_ROW_BYTES = 24      # u64 LE shard_id | u64 LE offset | u64 LE byte_len

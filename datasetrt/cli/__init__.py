@@ -1,7 +1,8 @@
 """The `datasetrt` console command and its subcommands (layer 7): `main` parses and dispatches
-(`command.py`); `convert` (caches from files), `demo` (the main job), `inspect` (the shallow report)
-and `pss` (the process-tree memory sampler, which benchmarks import on its own) each own one
-subcommand. `main` loads lazily, so importing a subcommand's module loads only that module.
+(`command.py`); `convert` (caches from files), `demo` (the main job), `inspect` (the shallow report),
+`prune` (unpublished caches' objects in an object store) and `pss` (the process-tree memory
+sampler, which benchmarks import on its own) each own one subcommand; `remote` holds the storage
+flags they share and which caches a path or URL names. `main` loads lazily, so importing a subcommand's module loads only that module.
 
 Boundary: the public API, the format layer and the sources; nothing below imports this package.
 """

@@ -3,13 +3,16 @@
 Boundary: command-line arguments over `datasetrt.sources` and the public write API (imported when
 the command runs, so `datasetrt --help` stays light); knows no cache byte layout.
 
-  datasetrt convert SRC... --out DIR [--payload-column C] [--metadata-columns C...]
+  datasetrt convert SRC... --out BASE [--payload-column C] [--metadata-columns C...]
                     [--rename A=B...] [--index-column NAME] [--dtype D [--shape S]]
                     [--codec none|lz4|zstd|zstd_dict] [--level N] [--dict-bytes N] [--name NAME...]
-                    [--workers N] [--no-progress]
+                    [--workers N] [--no-progress] [--storage-option KEY=VALUE...] [--cache-dir DIR]
 
-Each SRC (a file, or a directory of files of one kind) becomes the cache DIR/NAME (NAME defaults to
-the file name without its data suffixes, or the directory's name). Typed payloads: `--dtype` /
+Each SRC (a file, or a directory of files of one kind) becomes the cache BASE/NAME (NAME defaults to
+the file name without its data suffixes, or the directory's name). BASE is a directory or an
+object-store URL (s3://bucket/prefix, gs://, az://): each cache is then written to a staging
+directory under the node-local cache (--cache-dir), uploaded and published with its manifest last
+(format/upload.py), and reached with the environment and --storage-option (cli/remote.py). Typed payloads: `--dtype` /
 `--shape` give the PayloadSpec, else a list payload column's type gives it (list<int32> ->
 int32[None]); every SRC must then have the same spec (byte payloads: none), which each manifest
 records. Exit status 0 when every cache was written, 1 when any source failed (its error is
@@ -23,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from datasetrt.cli.remote import add_storage_arguments, storage_config
 from datasetrt.values.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 
 
@@ -33,7 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Write one cache per SRC (a file, or a directory of files of one kind) under --out.",
     )
     p.add_argument("sources", type=Path, nargs="+", metavar="SRC")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="base directory of the caches")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="BASE",
+        help="base of the caches: a directory, or an object-store URL (s3://bucket/prefix, gs://, az://)",
+    )
     p.add_argument(
         "--payload-column",
         metavar="C",
@@ -75,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workers", type=int, default=2, help="compression threads (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_storage_arguments(p, cache_dir=True)
 
 
 def _renames(pairs: list[str]) -> dict[str, str]:
@@ -134,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         renames = _renames(args.rename)
         given = _given_spec(args.dtype, args.shape)
+        storage = storage_config(args)
     except (ValueError, DatasetRTError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -158,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             show_progress=not args.no_progress,
             payload_spec=_common_spec(args.sources, sources),
             shard_compression=drt.ShardCompression(algo=args.codec, level=args.level, dict_bytes=args.dict_bytes),
+            storage=storage,
         )
         with drt.DatasetRuntime(num_workers=max(1, args.workers)) as rt:
             results = rt.write_cache(sources, args.out, writer_config=config)

@@ -11,6 +11,10 @@ row), `draw_offset` (shuffled mode: dataset-rt's draw index, or the plan positio
 exactly-once order, a mixture or a curriculum), both reserved at an iterator's first `next()`,
 `epoch_len` (None = the population's epoch), the population and the active frame. Every window
 is built by `_window`, the one place that asks `sampling.orders` for an order.
+
+Size: over 500 lines because it is the public API surface of dataset-rt's `CachedDataset` (each
+public method with its docstring and argument checks); the work behind them lives in `reads.py`,
+`tables.py`, `stages.py`, `remote.py` and `sampling/`.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
 from datasetrt.sampling.mixture import Mixture
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.sampling.populations import PopulationExport
+from datasetrt.sampling.ranks import RankSplit
 from datasetrt.storage.urls import parse_location
 from datasetrt.table.catalog import CacheCatalog
 from datasetrt.values.config import PayloadSpec, ReaderConfig
@@ -175,7 +180,13 @@ class CachedDataset:
         self._epoch_len = epoch_len
 
     def _window(
-        self, population: Population, start: int, length: int, shuffle: bool | None = None, seed: int | None = None
+        self,
+        population: Population,
+        start: int,
+        length: int,
+        shuffle: bool | None = None,
+        seed: int | None = None,
+        ranks: RankSplit | None = None,
     ) -> Window | PlanWindow:
         """The one place a window is built: `length` positions of the dataset's order over
         `population` from dataset position `start` (`sampling.orders.window`)."""
@@ -186,6 +197,7 @@ class CachedDataset:
             shuffle=self.reader_config.shuffle if shuffle is None else shuffle,
             seed=self._seed if seed is None else seed,
             ordering=self._ordering,
+            ranks=ranks,
         )
 
     def _plan(self, population: Population) -> Any:
@@ -233,14 +245,20 @@ class CachedDataset:
         population: Population | None = None,
         shuffle: bool | None = None,
         seed: int | None = None,
+        rank_layout: tuple[int, int, bool] | None = None,
     ) -> Window | PlanWindow:
         """`length` positions of the dataset's order from dataset position `start` over
         `population` (default: the current one); `shuffle`/`seed` override the reader config's (a
-        loader's own stream). Reserves nothing; computes the plan's tables (the weighted sampler's
-        running sums, an exactly-once order's, a mixture's or a curriculum's plan) now, once per
-        population, so processes forked afterwards share them."""
+        loader's own stream). `rank_layout` = (world_size, batch_size, drop_last): how ranks will
+        read the window (steps of world_size batches, rank r reading batch r of each); a
+        locality-aware order then plans each epoch-long window so that each rank reads its own
+        shards (docs/sampling.md, "Ranks"); other orders ignore it. Reserves nothing; computes
+        the plan's tables (the weighted sampler's running sums, an exactly-once order's, a
+        mixture's or a curriculum's plan) now, once per population, so processes forked
+        afterwards share them."""
         population = self._population if population is None else population
-        window = self._window(population, start, length, shuffle, seed)
+        ranks = None if rank_layout is None else RankSplit(*rank_layout)
+        window = self._window(population, start, length, shuffle, seed, ranks)
         if window.shuffle and population.weighted and len(population):
             population.cumulative()
         return window
@@ -554,9 +572,20 @@ class CachedDataset:
 
     def update_manifests(self, version: Any) -> Ok | Err:
         """Migrate v2 manifests to v3 (cache_id = position in paths), atomically per manifest
-        (datasetrt/format/migrate.py)."""
+        (datasetrt/format/migrate.py). A cache in object storage is refused (Err naming it): its
+        node-local copy is not the cache, and a published manifest is never replaced in place."""
         from datasetrt.format.migrate import update_manifests
+        from datasetrt.format.results import AbsentManifestTarget, Err, ManifestUpdateError
 
+        for h in self._handles:
+            if h.remote is not None:
+                return Err(
+                    ManifestUpdateError(
+                        AbsentManifestTarget(h.source),
+                        f"{h.source}: manifests of caches in object storage are not migrated in place; "
+                        "migrate a local copy and write it to a new prefix",
+                    )
+                )
         return update_manifests([h.path for h in self._handles], self._catalog.cache_ids.tolist(), version)
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class DatasetReads:
             return iter(())
         builder = self.builder(check_embedded)
         if in_process:
-            chunks = local_chunks(self.reader(), window, READ_BLOCK_ROWS)
+            chunks: Iterator[Chunk] = local_chunks(self.reader(), window, READ_BLOCK_ROWS)
             fetcher = remote.prefetcher(self.handles, window, self.config)
             if fetcher is not None:
                 chunks = remote.prefetched_chunks(chunks, fetcher)

@@ -1,5 +1,5 @@
-"""What a dataset over caches at object-store URLs adds to its reads: the disk bound checked (and
-the small files pinned) when the dataset opens, and the plan-driven shard prefetch of each read.
+"""What a dataset over caches at object-store URLs adds to its reads: the disk bound checked when
+the dataset opens, and the plan-driven shard prefetch of each read.
 
 Boundary: handles and windows in; no sampling state and no bytes (the prefetcher is
 `runtime.prefetch`, the node cache `storage.node_cache`). Local caches make both a no-op.
@@ -14,32 +14,34 @@ Under a node-cache limit (`StorageConfig.cache_limit_bytes`) the order decides h
 - any other shuffled order touches every shard throughout an epoch, so all of them must fit
   (below that every epoch would download the dataset many times over).
 A dataset whose order cannot fit is refused at open with `DiskLimitError` naming the need, the
-limit and the order that would fit, rather than thrashing the node cache for a whole epoch.
-Under a limit the small files are also pinned in the node cache while a handle of their cache
-lives, so the evictions the limit causes never remove them (reader workers reopen the mirror by
-its files); they are part of the need.
+limit and the order that would fit, rather than thrashing the node cache for a whole epoch. The
+same need is checked against the node cache's file system (its free bytes plus what the cache
+already holds, which it can evict): `DiskFullError` naming the cache directory when it cannot
+fit. Space that others take after the open is the download's to report (`DiskFullError` naming
+the object's URL, its partial removed).
 
 The prefetch look-ahead under a limit takes only the room the order leaves: the limit holds
 `(limit - small files) // largest shard` shards, the order keeps its window of them in use
 (`window_shards` for locality, one for an ordered read), and the look-ahead gets the rest, so
-prefetching never evicts a shard the read still needs. With no limit and every shard already
-on the node (a warm epoch) a read starts no prefetcher.
+prefetching never evicts a shard the read still needs (when the whole dataset fits, it is not
+limited). With no limit and every shard already on the node (a warm epoch) a read starts no
+prefetcher.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import weakref
 from collections.abc import Iterator, Sequence, Sized
 from typing import Any, Generic, TypeVar
 
-from datasetrt.errors import DiskLimitError
+from datasetrt.errors import DiskFullError, DiskLimitError
 from datasetrt.format.layout import MANIFEST_NAME, SHARDS_DIR
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.local import Chunk
 from datasetrt.runtime.prefetch import ShardPrefetcher
-from datasetrt.storage.node_cache import Mirror
+from datasetrt.storage.node_cache import NodeCache
 from datasetrt.values.config import ReaderConfig
 
 _T = TypeVar("_T", bound=Sized)
@@ -50,10 +52,10 @@ def _remote(handles: Sequence[CacheHandle]) -> list[CacheHandle]:
 
 
 def _small_bytes(handle: CacheHandle) -> int:
-    """Bytes of the files a remote cache keeps on the node besides its shards: the manifest and
-    the small files (index, metadata, checksums, dictionary)."""
+    """Bytes a remote cache keeps in its mirror for the dataset's life: the manifest and the small files."""
     total = 0
-    for name, size in ((MANIFEST_NAME, None), *((n, s) for n, s, _sha256 in small_files(handle.manifest))):
+    files = [(MANIFEST_NAME, None, ""), *small_files(handle.manifest)]
+    for name, size, _sha256 in files:
         if size is None:
             try:
                 size = (handle.path / name).stat().st_size
@@ -63,37 +65,16 @@ def _small_bytes(handle: CacheHandle) -> int:
     return total
 
 
-def _unpin_all(mirror: Mirror, names: list[str]) -> None:
-    for name in names:
-        mirror.unpin(name)
-
-
-def pin_small_files(handle: CacheHandle) -> None:
-    """Pin the manifest and small files of a remote `handle` in the node cache until the handle
-    (its `RemoteCache`) is collected, so no eviction removes what a reader worker reopens."""
-    remote = handle.remote
-    if remote is None:
-        return
-    mirror = remote.mirror()
-    names = [name for name in (MANIFEST_NAME, *(n for n, _, _ in small_files(handle.manifest))) if mirror.pin(name)]
-    weakref.finalize(remote, _unpin_all, mirror, names)
-
-
 def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> None:
-    """Under a node-cache limit: pin the small files of the remote caches, then refuse a dataset
-    whose read order cannot fit the limit (module docstring)."""
+    """Refuse a dataset whose read order cannot fit the node cache's limit (`DiskLimitError`) or
+    its file system (`DiskFullError`, counting what the node cache holds as room; module docstring)."""
     remote = _remote(handles)
-    limit = config.storage.cache_limit_bytes
-    if not remote or limit is None:
+    if not remote:
         return
-    for handle in remote:
-        pin_small_files(handle)
     shard_sizes = [s.byte_len for h in remote for s in h.manifest.shards]
     largest = max(shard_sizes, default=0)
     resident = sum(_small_bytes(h) for h in remote)
     everything = resident + sum(shard_sizes)
-    if everything <= limit:
-        return
     if not config.shuffle:
         need, order = resident + 2 * largest, "an ordered read (shuffle=False)"
     elif config.sampling == "locality":
@@ -101,20 +82,40 @@ def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> No
         order = f'sampling="locality" with window_shards={config.window_shards}'
     else:
         need, order = everything, f'a shuffled read with sampling="{config.sampling}"'
-    if need <= limit:
-        return
-    hint = (
-        'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
-        if config.shuffle and config.sampling != "locality"
-        else "lower window_shards or raise cache_limit_bytes"
-    )
-    raise DiskLimitError(
-        f"the node-local cache limit of {limit} bytes (StorageConfig.cache_limit_bytes) cannot hold what "
+    need = min(need, everything)
+    what = (
         f"{order} over {remote[0].source}{' and others' if len(remote) > 1 else ''} needs at once: "
-        f"{need} bytes (small files {resident} + shards of up to {largest} bytes); {hint}",
-        limit_bytes=limit,
-        need_bytes=need,
+        f"{need} bytes (small files {resident} + shards of up to {largest} bytes)"
     )
+    limit = config.storage.cache_limit_bytes
+    if limit is not None and need > limit:
+        hint = (
+            'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
+            if config.shuffle and config.sampling != "locality"
+            else "lower window_shards or raise cache_limit_bytes"
+        )
+        raise DiskLimitError(
+            f"the node-local cache limit of {limit} bytes (StorageConfig.cache_limit_bytes) cannot hold what "
+            f"{what}; {hint}",
+            limit_bytes=limit,
+            need_bytes=need,
+        )
+    node = _node_cache(remote)
+    free = node.free_bytes()
+    if need > free and need > (capacity := free + node.usage_bytes()):
+        raise DiskFullError.from_os(
+            errno.ENOSPC,
+            node.root,
+            f"the file system of the node-local cache can hold at most {capacity} bytes ({free} free plus the "
+            f"{capacity - free} the cache holds), less than what {what}; use a larger cache_dir"
+            + (' or sampling="locality"' if config.shuffle and config.sampling != "locality" else ""),
+        )
+
+
+def _node_cache(remote: Sequence[CacheHandle]) -> NodeCache:
+    first = remote[0].remote
+    assert first is not None  # _remote keeps the handles that have one
+    return first.storage.node_cache()
 
 
 def _all_on_node(remote: Sequence[CacheHandle]) -> bool:
@@ -132,7 +133,10 @@ def _all_on_node(remote: Sequence[CacheHandle]) -> bool:
 
 
 def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None) -> int:
-    """Shards a read may prefetch ahead of itself (0: none); see the module docstring."""
+    """Shards a read in the order `config` gives may prefetch ahead of itself (0: none): at most
+    what the node cache's limit leaves beside the order's window (half of it when the order is
+    not known) and half of what its file system's room leaves, both beside the dataset's small
+    files (pinned while it is open); none when there is no limit and nothing is missing."""
     remote = _remote(handles)
     if not remote:
         return 0
@@ -141,33 +145,38 @@ def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None) -> i
     storage = first.storage
     ahead = storage.prefetch_shards
     limit = storage.limit_bytes
-    if ahead <= 0:
+    if ahead <= 0 or (limit is None and _all_on_node(remote)):
         return 0
-    if limit is None:
-        return 0 if _all_on_node(remote) else ahead
     shard_sizes = [s.byte_len for h in remote for s in h.manifest.shards]
     largest = max(1, max(shard_sizes, default=1))
-    resident = sum(_small_bytes(h) for h in remote)
-    if resident + sum(shard_sizes) <= limit:
-        return ahead  # everything fits: no eviction to cause
-    if config is None:
-        return min(ahead, limit // (2 * largest))  # the order is unknown: half of the limit
-    in_use = 1 if not config.shuffle else config.window_shards if config.sampling == "locality" else len(shard_sizes)
-    return max(0, min(ahead, (limit - resident) // largest - in_use))
+    resident = sum(_small_bytes(h) for h in remote)  # pinned while the dataset is open
+    if limit is not None and resident + sum(shard_sizes) > limit:
+        room = max(0, limit - resident) // largest
+        if config is None:
+            ahead = min(ahead, room // 2)
+        else:
+            in_use = (
+                1 if not config.shuffle else config.window_shards if config.sampling == "locality" else len(shard_sizes)
+            )
+            ahead = min(ahead, max(0, room - in_use))
+    node = _node_cache(remote)
+    if ahead > 0 and node.free_bytes() < 2 * ahead * largest:  # a small disk: walk the cache only then
+        ahead = min(ahead, max(0, node.capacity_bytes() - resident) // (2 * largest))
+    return ahead
 
 
 def prefetcher(
     handles: Sequence[CacheHandle], window: Any, config: ReaderConfig | None = None
 ) -> ShardPrefetcher | None:
     """The prefetcher of one read of `window` in the order `config` gives, or None (no remote
-    cache, prefetch off, nothing to fetch, no room under the limit, an empty window)."""
+    cache, prefetch off, nothing to fetch, no room, an empty window); see `look_ahead`."""
     if window.length == 0:
         return None
     ahead = look_ahead(handles, config)
     if ahead <= 0:
         return None
     first = _remote(handles)[0].remote
-    assert first is not None
+    assert first is not None  # look_ahead is 0 without a remote cache
     return ShardPrefetcher(handles, window, lookahead=ahead, concurrency=first.storage.fetch_concurrency)
 
 

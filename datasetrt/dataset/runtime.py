@@ -23,7 +23,7 @@ from datasetrt.format.remote import Storage
 from datasetrt.format.results import CacheWriteSuccess
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.storage.urls import parse_location
-from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.values.config import DEFAULT_STORAGE_CONFIG, DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 
 class CacheSourcesDatasetSuccess(NamedTuple):
@@ -198,6 +198,9 @@ class DatasetRuntime:
         return results
 
     def cached_dataset(self, paths: Sequence[str | os.PathLike], *, reader_config: ReaderConfig) -> CachedDataset:
+        """`CachedDataset(paths, ...)` read with this runtime's workers; `paths` are cache
+        directories or object-store URLs (`s3://bucket/prefix/name`, reached with
+        `reader_config.storage`), in any mix."""
         return CachedDataset(paths, reader_config=reader_config, runtime=self)
 
     def from_cache_sources(
@@ -208,7 +211,12 @@ class DatasetRuntime:
         reader_config: ReaderConfig,
         writer_config: WriterConfig = DEFAULT_WRITER_CONFIG,
     ) -> Any:
-        """Write missing caches (reusing valid existing ones), then open the successful ones in order."""
+        """Write missing caches (reusing valid existing ones), then open the successful ones in order.
+
+        `path` is a base directory or an object-store URL (`s3://bucket/prefix`): caches are then
+        uploaded and published there (`WriterConfig.storage`) and opened from there, with
+        `reader_config.storage`, or with `writer_config.storage` when the reader's is the default
+        (one storage configuration serves both)."""
         items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
         if not items:
             return CacheSourcesDatasetError([], "no cache sources were provided")
@@ -217,7 +225,18 @@ class DatasetRuntime:
         if not ok:
             detail = "; ".join(f"{r.source_name}: {r.message}" for r in results)
             return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
-        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=reader_config), results)
+        read_config = _read_config(reader_config, writer_config, path)
+        return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=read_config), results)
+
+
+def _read_config(reader_config: ReaderConfig, writer_config: WriterConfig, path: Any) -> ReaderConfig:
+    """`reader_config`, with the writer's storage when the caches are remote and the reader's
+    storage is the default (so from_cache_sources needs the storage options once)."""
+    if not isinstance(reader_config, ReaderConfig) or isinstance(parse_location(path), Path):
+        return reader_config
+    if reader_config.storage == DEFAULT_STORAGE_CONFIG and writer_config.storage != DEFAULT_STORAGE_CONFIG:
+        return reader_config.model_copy(update={"storage": writer_config.storage})
+    return reader_config
 
 
 def _reuse_checker(writer_config: WriterConfig, storage: Storage | None):

@@ -108,6 +108,7 @@ class DatasetSeam(Protocol):
         population: Population | None = None,
         shuffle: bool | None = None,
         seed: int | None = None,
+        rank_layout: tuple[int, int, bool] | None = None,
     ) -> Window | PlanWindow: ...
 
     def population_rows(

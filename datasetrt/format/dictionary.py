@@ -8,8 +8,8 @@ nothing heavy; the writer-side functions import `zstandard` when they run.
 Training sample (bounded and deterministic): the payloads of the source's first records, in source
 order, until they hold `sample_limit_bytes(dict_bytes)` bytes (32 x the dictionary size: 1 MiB for
 the 32 KiB default) or SAMPLE_MAX_RECORDS records, whichever comes first (the record that crosses
-the byte limit is the last one in). zstd suggests ~100 x; on token and JSON-like records 30 x
-compressed within 0.6% of 100 x and trained 3-4 x faster (docs/benchmarks.md, "zstd_dict"). The
+the byte limit is the last one in). zstd suggests ~100 x; 32 x trains faster for about the same
+ratio on the records this is for (the measurements: docs/benchmarks.md, "zstd_dict"). The
 writer holds those records uncompressed until the dictionary exists, so a write's extra memory is
 at most that sample (with its records' metadata), its joined copy while training and the
 trainer's ~6 MB. The same input gives the same sample, the same dictionary (ZDICT's fastCover is

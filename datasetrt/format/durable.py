@@ -68,6 +68,8 @@ def syncfs(fd: int) -> None:
     """Make everything written to the filesystem holding `fd` durable: data, inodes and directory
     entries, one journal commit (Linux syncfs(2)). Raises OSError for a writeback error on that
     filesystem since `fd` was opened. Only where SYNCFS_REPORTS_ERRORS (callers check)."""
+    if _syncfs is None:
+        raise RuntimeError("syncfs(2) is not available here: callers check SYNCFS_REPORTS_ERRORS first")
     if _syncfs(fd) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -220,9 +220,9 @@ def read_manifest(cache_dir: Path) -> Manifest:
     return read_manifest_stat(cache_dir)[0]
 
 
-def read_manifest_stat(cache_dir: Path) -> tuple[Manifest, os.stat_result]:
+def read_manifest_stat(cache_dir: Path | str) -> tuple[Manifest, os.stat_result]:
     """`read_manifest` plus the fstat of the manifest file that was read (its identity)."""
-    path = os.path.join(cache_dir, MANIFEST_NAME)  # str paths: pathlib costs ~5 us per join here
+    path = os.path.join(cache_dir, MANIFEST_NAME)  # str paths: cheaper than pathlib joins on this per-open path
     try:
         with open(path, "rb") as f:
             raw = f.read()

@@ -56,7 +56,7 @@ def _stat(path: str) -> os.stat_result:
         raise _io_error(exc, path) from None
 
 
-def _stat_size(path: Path) -> int:
+def _stat_size(path: str) -> int:
     try:
         return os.stat(path).st_size
     except OSError as exc:
@@ -76,15 +76,17 @@ class CacheHandle:
 
     __slots__ = ("path", "manifest", "identity", "remote", "_index", "_checksums", "_codec_state")
 
-    def __init__(self, path: Path, manifest: Manifest, identity: tuple = (), remote: RemoteCache | None = None) -> None:
+    def __init__(
+        self, path: Path, manifest: Manifest, identity: tuple[int, ...] = (), remote: RemoteCache | None = None
+    ) -> None:
         self.path = path
         self.manifest = manifest
         # A cache at an object-store URL: `path` is its mirror on this node (format/remote.py),
         # whose shards are fetched when a read first needs them (`shard_path`).
         self.remote = remote
-        # (dev, inode, mtime_ns) of manifest.json and index.bin (and the dictionary, when there is
-        # one) as opened: a cache replaced at the same path since then is a different cache (reader
-        # workers compare it before reading).
+        # (dev, inode, mtime_ns) of manifest.json and index.bin (6 ints), then of the dictionary
+        # when there is one (9 ints), as opened: a cache replaced at the same path since then is
+        # a different cache (reader workers compare it before reading).
         self.identity = identity
         self._index: MappedFile | None = None
         self._checksums: MappedFile | None = None
@@ -92,23 +94,33 @@ class CacheHandle:
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike | RemoteLocation, storage: Storage | None = None, remote: RemoteCache | None = None
+        cls,
+        path: str | os.PathLike[str] | RemoteLocation,
+        storage: Storage | None = None,
+        remote: RemoteCache | None = None,
     ) -> CacheHandle:
         """Read the manifest and check shapes (no content is read). O(shards) stat calls.
 
         `path` may be an object-store URL (or a `RemoteLocation`): the cache is opened through
         its mirror on this node (`format.remote.open_remote`, with `storage`), and its shards
-        are checked against the manifest when they are fetched rather than stat'ed here.
-        `remote` reopens a mirror a process already made (a reader worker)."""
-        if remote is None and not isinstance(path, os.PathLike):
+        are checked against the manifest when they are fetched rather than stat'ed here. A
+        `file://` URL is its local path. `remote` reopens a mirror a process already made (a
+        reader worker)."""
+        local: str | os.PathLike[str]  # the directory read here: the cache's own, or its mirror
+        if remote is not None:
+            local = remote.mirror_dir
+        elif isinstance(path, os.PathLike):
+            local = path
+        else:
             location = parse_location(path)
             if isinstance(location, RemoteLocation):
                 from datasetrt.format.remote import open_remote  # lazily: obstore only for URLs
 
                 remote = open_remote(location, storage if storage is not None else _default_storage())
-        if remote is not None:
-            path = remote.mirror_dir
-        root = os.fspath(path)
+                local = remote.mirror_dir
+            else:
+                local = location
+        root = os.fspath(local)
         manifest, manifest_st = read_manifest_stat(root)
         join = os.path.join
         index_path = join(root, INDEX_NAME)
@@ -133,7 +145,7 @@ class CacheHandle:
             sidecar = join(root, manifest.checksums.file)
             if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
-        identity = (
+        identity: tuple[int, ...] = (
             manifest_st.st_dev,
             manifest_st.st_ino,
             manifest_st.st_mtime_ns,
@@ -144,7 +156,7 @@ class CacheHandle:
         if manifest.dictionary is not None:
             _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
             identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
-        return cls(Path(path), manifest, identity, remote)
+        return cls(Path(local), manifest, identity, remote)
 
     @property
     def sample_count(self) -> int:

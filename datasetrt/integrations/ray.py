@@ -3,8 +3,10 @@ group of `rows_per_cache` consecutive rows, by Ray tasks in parallel across the 
 
 Boundary: the only module that imports Ray (users import it as `datasetrt.ray`; the core never
 does). Each task writes its group with the ordinary writer (`DatasetRuntime.from_cache_sources`
-over a `RecordBatchSource`): staged under <base>/tmp, manifest last, renamed into place; no byte
-layout is known here.
+over a `RecordBatchSource`): staged under <base>/tmp, manifest last, renamed into place; or, for a
+base at an object-store URL (`s3://bucket/prefix`), staged on the task's node, uploaded and
+published with a create-only manifest (format/upload.py), its result's `path` the cache's URL.
+No byte layout is known here.
 
 How a build runs:
   driver: streams the dataset's blocks in order (Ray Data's `iter_internal_ref_bundles`, with
@@ -25,7 +27,10 @@ dataset's input files with their sizes and modification times), never on the clu
 block layout, so a retried task and a re-run land on the same names. A task killed mid-write (its
 worker died) leaves only its staging dir, which the retry removes (the writer's lock of that name
 is free once its holder is dead); a task that fails on its input returns a CacheWriteError and
-publishes nothing.
+publishes nothing. At a URL, a task killed mid-upload leaves objects and its writer claim but no
+manifest (readers never see them): its retry takes the claim over when it runs on the same node
+(the claim's process is provably dead there), else reports the claim, which `datasetrt prune`
+removes once it is older than `--min-age`.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from datasetrt.dataset.runtime import CacheSourcesDatasetError, DatasetRuntime
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
 from datasetrt.format.results import CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource
+from datasetrt.storage.urls import parse_location
 from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 DEFAULT_MAX_RETRIES = 3
@@ -84,7 +90,8 @@ def write_caches(
     max_tasks_in_flight: int | None = None,
 ) -> RayBuild:
     """Write `dataset` (a `ray.data.Dataset`) under `base` (a directory every node sees: shared
-    storage) as caches of `rows_per_cache` rows each (the last one may be shorter).
+    storage; or an object-store URL, `s3://bucket/prefix`, reached from every task with
+    `writer_config.storage`) as caches of `rows_per_cache` rows each (the last one may be shorter).
 
     The column mapping is `columns=Columns(...)` or the keywords of the sources (`payload=`,
     `metadata=`, `rename=`, `payload_spec=`, `index_column=`, which numbers rows dataset-wide).
@@ -106,7 +113,8 @@ def write_caches(
     for label, value in (("name_prefix", name_prefix), ("build_id", build_id)):
         if value is not None and (not isinstance(value, str) or not value or "/" in value or value in (".", "..")):
             raise ConfigError(f"{label} must be a non-empty name without '/', got {value!r}")
-    base = Path(base).absolute()
+    location = parse_location(base)
+    base_text = str(location.absolute()) if isinstance(location, Path) else location.url
     columns, task_config = _typed(dataset, columns, writer_config)
     build = build_id if build_id is not None else fingerprint(dataset, columns, writer_config, rows_per_cache)
     in_flight = max_tasks_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
@@ -131,7 +139,7 @@ def write_caches(
         for group, slices, first_row, count in _groups(dataset, rows_per_cache):
             name = f"{name_prefix}-{build}-{group:05d}"
             description = f"Ray dataset rows {first_row}..{first_row + count - 1} (cache {name})"
-            ref = task.remote(str(base), name, slices, first_row, count, columns, task_config, threads, description)
+            ref = task.remote(base_text, name, slices, first_row, count, columns, task_config, threads, description)
             pending.append((group, name, ref))
             rows = first_row + count
             collect(block=False)
@@ -302,9 +310,11 @@ def _write_group(
     written = len(out.dataset)
     out.dataset.close()
     if written != count:
+        location = parse_location(base)
+        where = location / name if isinstance(location, Path) else location.child(name).url
         return CacheWriteError(
             name,
-            f"existing cache {Path(base) / name} holds {written} samples where this "
+            f"existing cache {where} holds {written} samples where this "
             f"group has {count}: it is not this build's (use another build_id or base)",
         )
     return out.results[0]

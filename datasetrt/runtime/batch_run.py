@@ -1,7 +1,7 @@
 """One parallel read as batches: one batch = one task = one ring slot, gathered by a reader worker
 in its final layout and leased to the consumer.
 
-Boundary: numpy arrays, the worker pool and the ring (runtime/run.py's `ParallelRun` machinery:
+Boundary: numpy arrays, the worker pool and the ring (runtime/run.py's `RingRun` machinery:
 submission, reorder, failures, close); no Polars, no Torch, no record types (`PackedBatch`es
 out; runtime/batches.py makes SampleBatches).
 
@@ -31,7 +31,7 @@ from datasetrt.runtime.local import BatchShape, BufferPool, PackedBatch, local_b
 from datasetrt.runtime.memory import MemoryBound
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import TaskDone
-from datasetrt.runtime.run import RING_TARGET_BYTES, ParallelRun, RunShape, RunSpec
+from datasetrt.runtime.run import RING_TARGET_BYTES, RingRun, RunShape, RunSpec
 from datasetrt.runtime.slot import SlotLayout
 
 STAGED_RUN_BYTES = 4 << 20  # the gather kernel's SPAN_MAX_BYTES: the most a worker stages at once
@@ -53,7 +53,7 @@ def batch_ring(spec: RunSpec, shape: BatchShape) -> tuple[RunShape, MemoryBound]
     return RunShape(slots, layout), MemoryBound(slots, layout.slot_bytes, workers, slots - workers, scratch)
 
 
-class BatchRun(ParallelRun):
+class BatchRun(RingRun[PackedBatch]):
     """Reads one window through the pool's workers as batches of `shape`; iterate it for
     `PackedBatch`es in window order (leased views of ring slots, or private copies)."""
 
@@ -61,9 +61,9 @@ class BatchRun(ParallelRun):
         self, spec: RunSpec, get_pool: Callable[[], WorkerPool], shape: BatchShape, pool_running: bool = True
     ) -> None:
         """`pool_running=False` (the runtime's workers are not launched yet): the first batch
-        is read in this process before `get_pool` launches them. Forking a worker from a process
-        that imported torch takes 15-90 ms each here (the parent's atfork handlers and page
-        tables), which the first batch would otherwise wait for."""
+        is read in this process before `get_pool` launches them: forking a worker from a process
+        that imported torch pays for the parent's atfork handlers and page tables, which the first
+        batch would otherwise wait for."""
         ring_shape, bound = batch_ring(spec, shape)
         super().__init__(spec, get_pool, ring_shape, bound, attach=pool_running)
         self.batch_shape = shape
@@ -83,9 +83,10 @@ class BatchRun(ParallelRun):
                     yield packed
                     if self.pool is None:
                         self._attach()
-                    if self.pool.ready_workers():
+                    pool, _ring = self._attached()
+                    if pool.ready_workers():
                         break
-                    self.pool.check_startup()
+                    pool.check_startup()
                 head.close()
                 if self.pool is None:  # an empty window
                     self._attach()
@@ -102,7 +103,8 @@ class BatchRun(ParallelRun):
 
     def _delivered(self, done: TaskDone, first: int, count: int) -> PackedBatch:
         """Batch [first, first+count) of slot `done.slot`: leased views, or a private copy."""
-        ring, slot = self.ring, done.slot
+        _pool, ring = self._attached()
+        slot = done.slot
         plan = ring.arrays(slot, count)
         cache_pos, sample_id, row = plan["cache_pos"].copy(), plan["sample_id"].copy(), plan["row"].copy()
         if done.rows < count:

@@ -14,7 +14,7 @@ worker processes; this module is the parent's numpy side. One reader per process
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +57,7 @@ class LocalReader(Gatherer):
         self, handles: Sequence[CacheHandle], *, verify_records: bool = True, budget: DescriptorBudget | None = None
     ) -> None:
         super().__init__(handles, verify_records=verify_records, budget=budget)
-        self._out = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
+        self._out: np.ndarray = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
         # In-process batch buffers of this reader (one per thread and process, as the reader),
         # kept across iterators: a new epoch gathers into the last one's buffers instead of
         # faulting in fresh ones. Holds at most `BufferPool.keep` buffers once idle.
@@ -81,8 +81,8 @@ class LocalReader(Gatherer):
         sample_id = np.ascontiguousarray(sample_id, dtype=np.uint64)
         n = len(cache_pos)
         own = out is None
-        buf = self._out if own else out
-        offsets = json_off, json_len, data_off, data_len = _record_offsets(n)
+        buf = self._out if out is None else out
+        json_off, json_len, data_off, data_len = _record_offsets(n)
         pos = used = 0  # rows gathered, bytes of buf they use
         while pos < n:
             # A gather stops early when buf is full or the rows' caches exceed the descriptor
@@ -109,7 +109,9 @@ class LocalReader(Gatherer):
         if row is None:
             row = np.empty(n, dtype=np.int64)
             row.fill(-1)
-        return Chunk(first, n, buf, *offsets, cache_pos, sample_id, np.asarray(row, dtype=np.int64))
+        return Chunk(
+            first, n, buf, json_off, json_len, data_off, data_len, cache_pos, sample_id, np.asarray(row, dtype=np.int64)
+        )
 
 
 def _record_offsets(n: int) -> np.ndarray:
@@ -126,7 +128,7 @@ def _grown(out: np.ndarray, need: int) -> np.ndarray:
         raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
 
 
-def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> Iterator[Chunk]:
+def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> Generator[Chunk, None, None]:
     """Chunks of `window` from position `start` on, read in this process, in window order (the
     runtime=None path, and a parallel run's head while its workers start). `window` is anything
     with `length`, `rows(first, count)` and `population.resolve(rows)` (a planner Window, or a
@@ -200,13 +202,17 @@ class PackedBatch:
         return self.data[: int(self.offsets[self.rows])]
 
     def chunk(self) -> Chunk:
-        """The same rows as a `Chunk` (validate_cache's embedded-metadata check reads chunks)."""
+        """The same rows as a `Chunk` (validate_cache's embedded-metadata check reads chunks):
+        only for a batch read with its embedded JSON kept (`BatchShape.keep_json`)."""
+        json_off, json_len = self.json_off, self.json_len
+        if json_off is None or json_len is None:
+            raise RuntimeError("a PackedBatch read without keep_json has no embedded JSON to make a Chunk of")
         return Chunk(
             self.first,
             self.rows,
             self.data,
-            self.json_off,
-            self.json_len,
+            json_off,
+            json_len,
             self.offsets[:-1],
             np.diff(self.offsets),
             self.cache_pos,
@@ -243,7 +249,7 @@ class BufferPool:
     handed out and reuses one only when its reference count shows that nothing outside the pool
     refers to it (a batch, its arrays and every view, memoryview or tensor made from them hold a
     reference to the buffer). A fresh buffer of tens of MiB costs a page fault per 4 KiB on its
-    first write; a recycled one costs nothing (150 KiB records: batches read 1.6x faster)."""
+    first write; a recycled one costs nothing (docs/benchmarks.md)."""
 
     def __init__(self, keep: int = 2) -> None:
         self.keep = keep  # with `for b in it`, the consumer still holds the previous batch
@@ -300,7 +306,7 @@ def read_packed(
 
 def local_batches(
     reader: Gatherer, window, shape: BatchShape, start: int = 0, buffers: BufferPool | None = None
-) -> Iterator[PackedBatch]:
+) -> Generator[PackedBatch, None, None]:
     """Batches of `window` from position `start` (a batch boundary) on, gathered in this process
     straight into private buffers in their final layout (no second copy), in window order: the
     runtime=None path, and a parallel batch run's head while its workers start."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copyreg
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING
@@ -149,6 +150,9 @@ class TaskFailed:
     traceback: str
     io_errno: int | None = None  # CacheIOError.errno (None for other errors, or no OS error)
     io_path: str | None = None  # CacheIOError.path
+    store_url: str | None = None  # StorageError.url (None for other errors)
+    store_operation: str | None = None  # StorageError.operation
+    store_status: int | None = None  # StorageError.status
 
 
 def _pickle_as_constructor_calls(*classes: type) -> None:
@@ -160,8 +164,23 @@ def _pickle_as_constructor_calls(*classes: type) -> None:
     for cls in classes:
         names = [f.name for f in dataclasses.fields(cls)]
         assert all(f.init for f in dataclasses.fields(cls)), cls
-        values = attrgetter(*names) if len(names) > 1 else (lambda obj, name=names[0]: (getattr(obj, name),))
-        copyreg.pickle(cls, lambda obj, cls=cls, values=values: (cls, values(obj)))
+        copyreg.pickle(cls, _constructor_call(cls, _field_values(names)))
+
+
+def _field_values(names: list[str]) -> Callable[[object], tuple[object, ...]]:
+    """obj -> the values of its fields `names`, as a tuple (attrgetter returns the bare value
+    for a single name)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    name = names[0]
+    return lambda obj: (getattr(obj, name),)
+
+
+def _constructor_call(
+    cls: type, values: Callable[[object], tuple[object, ...]]
+) -> Callable[[object], tuple[type, tuple[object, ...]]]:
+    """The copyreg reduce function of `cls`: obj -> (cls, its field values)."""
+    return lambda obj: (cls, values(obj))
 
 
 _pickle_as_constructor_calls(

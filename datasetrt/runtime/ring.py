@@ -101,16 +101,24 @@ class Ring:
 
     # -- views --------------------------------------------------------------------------------
 
+    def _slot_arrays(self, slot: int) -> dict[str, np.ndarray]:
+        """The full-length header array views of `slot` (made at creation, dropped by `close()`)."""
+        if self._arrays is None:
+            raise RuntimeError(f"ring {self.name} is closed: its slots have no views")
+        return self._arrays[slot]
+
     def array(self, slot: int, name: str, count: int) -> np.ndarray:
         """Entries [0, count) of header array `name` of `slot` (a view; dtype from the layout)."""
-        return self._arrays[slot][name][:count]
+        return self._slot_arrays(slot)[name][:count]
 
     def arrays(self, slot: int, count: int) -> dict[str, np.ndarray]:
         """Every header array of `slot`, entries [0, count), by name."""
-        return {name: view[:count] for name, view in self._arrays[slot].items()}
+        return {name: view[:count] for name, view in self._slot_arrays(slot).items()}
 
     def region(self, slot: int, name: str) -> np.ndarray:
         """Region `name` of `slot` as a uint8 view."""
+        if self._regions is None:
+            raise RuntimeError(f"ring {self.name} is closed: its slots have no views")
         return self._regions[slot][name][:]
 
     def write_plan(self, slot: int, **plan: np.ndarray) -> None:
@@ -118,7 +126,7 @@ class Ring:
         by name, all of the task's length (values are cast to the array's dtype)."""
         if plan.keys() != self._plan_names:
             raise ValueError(f"a {self.layout.kind!r} plan has arrays {sorted(self._plan_names)}, got {sorted(plan)}")
-        views = self._arrays[slot]
+        views = self._slot_arrays(slot)
         for name, values in plan.items():
             views[name][: len(values)] = values
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import hashlib
 import heapq
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -39,6 +41,8 @@ MAX_ROWS_PER_TASK = 4096
 TASK_TARGET_BYTES = 1 << 20
 RING_TARGET_BYTES = 16 << 20
 DECODED_ESTIMATE_CAP = 16 << 20  # ring planning only; larger records split tasks or read in-process
+
+ItemT = TypeVar("ItemT")  # what iterating a run yields
 
 
 def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
@@ -131,29 +135,27 @@ class RunSpec:
     rows_hint: int | None = None
 
 
-class ParallelRun:
-    """Reads one window through the pool's workers; iterate it for `Chunk`s in window order."""
+class RingRun(ABC, Generic[ItemT]):
+    """One window read through the pool's workers into a ring of `shape`: submission, reorder,
+    failures and close. Subclasses iterate it for `ItemT`s in window order: `ParallelRun`
+    (`Chunk`s, a "records" ring), `BatchRun` (runtime/batch_run.py: `PackedBatch`es)."""
 
     def __init__(
         self,
         spec: RunSpec,
         get_pool: Callable[[], WorkerPool],
-        shape: RunShape | None = None,
-        bound: MemoryBound | None = None,
+        shape: RunShape,
+        bound: MemoryBound,
         attach: bool = True,
     ) -> None:
-        """Check the memory bound first; only then get (maybe start) the pool, register the run
-        and take its ring (`_attach`; a subclass passing `attach=False` calls it later: until
-        then `pool` and `ring` are None and `close()` does nothing). `shape` and its `bound`
-        default to the "records" ring of `RunShape.plan`."""
+        """Check the memory `bound` of the ring `shape` first; only then get (maybe start) the
+        pool, register the run and take its ring (`_attach`; a subclass passing `attach=False`
+        calls it later: until then `pool` and `ring` are None and `close()` does nothing)."""
         self._closed = True  # until the pool has registered the run
         self.window = spec.window
         self.timeout_s = spec.timeout_s
         self.fallback = spec.fallback
         self.num_workers = spec.num_workers
-        if shape is None:
-            shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
-            bound = MemoryBound(shape.slots, shape.slot_bytes, spec.num_workers)
         self.shape = shape
         self._end = self.window.length  # window positions [0, _end) are read
         bound.check(spec.memory_limit_bytes)
@@ -173,18 +175,25 @@ class ParallelRun:
     def _attach(self) -> None:
         """Get (maybe start) the pool, register this run with it and take a ring: the pool's
         idle ring of this geometry, or a new one."""
-        self.pool = self._get_pool()
-        self._run: PoolRun = self.pool.open_run(self._on_message)
+        pool = self.pool = self._get_pool()
+        self._run: PoolRun = pool.open_run(self._on_message)
         self.run_id, self._closed = self._run.run_id, False
         try:
-            self.ring = self.pool.take_ring(self.shape.slots, self.shape.layout) or Ring(
-                "ring", self.shape.layout, self.shape.slots
-            )
-            self._run.opening = OpenRun(self.run_id, self._caches, self.shape.layout, self.ring.key)
-            self._run.ring_fd = self.ring.fd
+            idle = pool.take_ring(self.shape.slots, self.shape.layout)  # a Ring a run gave back (close_run), or None
+            ring = self.ring = idle if isinstance(idle, Ring) else Ring("ring", self.shape.layout, self.shape.slots)
+            self._run.opening = OpenRun(self.run_id, self._caches, self.shape.layout, ring.key)
+            self._run.ring_fd = ring.fd
         except BaseException:
             self.close()
             raise
+
+    def _attached(self) -> tuple[WorkerPool, Ring]:
+        """The pool and ring `_attach` took. Everything that submits, waits or reads slots runs
+        after it (in the constructor, or after a `BatchRun`'s first batch)."""
+        pool, ring = self.pool, self.ring
+        if pool is None or ring is None:
+            raise RuntimeError(f"{type(self).__name__} used before it was attached to its worker pool")
+        return pool, ring
 
     # -- messages and submission ------------------------------------------------------------
 
@@ -202,24 +211,27 @@ class ParallelRun:
     def _wait_for(self, position: int) -> tuple[TaskDone, int]:
         """Keep the ring's free slots working until the task starting at window `position` is
         done; pop and return its (result, row count). Raises the run's first failure."""
+        pool, _ring = self._attached()
         self._submit()
         while position not in self._done and self._failure is None:
-            self.pool.poll(self.timeout_s)
+            pool.poll(self.timeout_s)
             self._submit()
         if self._failure is not None:
             self._raise_failure(self._failure)
         return self._done.pop(position)
 
     def _submit(self) -> None:
-        ring = self.ring
-        while ring.free and (self._todo or self._next_first < self._end):
+        pool, ring = self._attached()
+        while self._todo or self._next_first < self._end:
+            slot = ring.acquire()
+            if slot is None:  # every slot is lent
+                return
             if self._todo:
                 first, count = heapq.heappop(self._todo)
             else:
                 first = self._next_first
                 count = min(self.shape.rows_per_task, self._end - first)
                 self._next_first += count
-            slot = ring.acquire()
             # The plan: population rows of window positions [first, first+count) and their
             # (cache position, sample id), which the worker gathers.
             rows = self.window.rows(first, count)
@@ -227,12 +239,13 @@ class ParallelRun:
             ring.write_plan(slot, cache_pos=cache_pos, sample_id=sample_id, row=rows)
             self._task_ids += 1
             self._task_counts[self._task_ids] = count
-            self.pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
+            pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
 
     @staticmethod
     def _raise_failure(msg: TaskFailed) -> None:
         """Raise a worker's failure in this process: the same datasetrt (or builtin) error class
-        and message (a CacheIOError with its errno and path), the worker traceback as its cause."""
+        and message (a CacheIOError with its errno and path, a StorageError with its URL, operation
+        and status), the worker traceback as its cause."""
         module, _, name = msg.error_type.rpartition(".")
         cls = None
         if module == "datasetrt.errors":
@@ -245,6 +258,8 @@ class ParallelRun:
             try:
                 if issubclass(cls, errors.CacheIOError):
                     exc = cls(msg.message, errno=msg.io_errno, path=msg.io_path)
+                elif issubclass(cls, errors.StorageError):
+                    exc = cls(msg.message, url=msg.store_url, operation=msg.store_operation, status=msg.store_status)
                 else:
                     exc = cls(msg.message)
             except Exception:
@@ -253,23 +268,69 @@ class ParallelRun:
                 raise exc from remote
         raise errors.WorkerError(f"reader worker {msg.worker} failed: {msg.error_type}: {msg.message}") from remote
 
-    # -- iteration ----------------------------------------------------------------------------
+    # -- iteration and close ------------------------------------------------------------------
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[ItemT]:
+        """The window's items in window order; the run closes when the iteration ends."""
+
+    def close(self) -> None:
+        """Idempotent: let the pool drop the run (handler, CloseRun to the workers that opened
+        it) and close the ring (descriptor and mapping) — or, when no task is in flight and the
+        run did not fail, hand the ring to the pool as its idle ring for the next run of the same
+        geometry (runtime/pool.py). When the pool closes first (`runtime.close()` with iterators
+        still open), the workers' mappings go with the workers and the ring's memory when this
+        run is closed or collected."""
+        if self._closed:
+            return
+        self._closed = True
+        pool, ring = self.pool, self.ring
+        if pool is None:
+            raise RuntimeError(f"{type(self).__name__} registered with no worker pool")  # _attach sets it first
+        kept = pool.close_run(self._run, keep_ring=ring if self._reusable() else None)
+        if ring is not None and not kept:
+            ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
+
+    def _reusable(self) -> bool:
+        """Whether the ring can serve another run: no task in flight (no worker can still write
+        a slot) and no failure; then the slots of finished tasks not consumed and of the chunk
+        the consumer held go back, and every slot is free or leased (a lease returns its slot
+        when its views are gone, in whichever run)."""
+        ring = self.ring
+        if ring is None or self._task_counts or self._failure is not None:
+            return False
+        for done, _count in self._done.values():
+            ring.release(done.slot)
+        self._done.clear()
+        if self._held is not None:
+            ring.release(self._held)
+            self._held = None
+        return len(ring.free) + ring.leased == ring.slots
+
+
+class ParallelRun(RingRun[Chunk]):
+    """Reads one window through the pool's workers into a "records" ring (`RunShape.plan`);
+    iterate it for `Chunk`s in window order."""
+
+    def __init__(self, spec: RunSpec, get_pool: Callable[[], WorkerPool]) -> None:
+        shape = RunShape.plan(spec.prefetch_size, spec.num_workers, spec.max_record_bytes, spec.rows_hint)
+        super().__init__(spec, get_pool, shape, MemoryBound(shape.slots, shape.slot_bytes, spec.num_workers))
 
     def __iter__(self) -> Iterator[Chunk]:
-        ring = self.ring
         position = 0
         try:
+            pool, ring = self._attached()
             # Head start: while no worker has reported ready (a pool just launched: ~0.1 s for
             # spawn), read the head of the window in this process; tasks start where it stopped.
             # Who reads a row never changes its bytes, so the output is the same either way.
-            if not self.pool.ready_workers():
+            if not pool.ready_workers():
                 head = local_chunks(self.fallback, self.window, self.shape.rows_per_task)
                 for chunk in head:
                     yield chunk
                     position = chunk.first + chunk.rows
-                    if self.pool.ready_workers():
+                    if pool.ready_workers():
                         break
-                    self.pool.check_startup()
+                    pool.check_startup()
                 head.close()
                 self._next_first = position
             while position < self.window.length:
@@ -296,34 +357,3 @@ class ParallelRun:
         rows = self.window.rows(position, 1)
         cache_pos, sample_id = self.window.population.resolve(rows)
         return self.fallback.read_chunk(cache_pos, sample_id, first=position, row=rows, out=np.empty(0, dtype=np.uint8))
-
-    def close(self) -> None:
-        """Idempotent: let the pool drop the run (handler, CloseRun to the workers that opened
-        it) and close the ring (descriptor and mapping) — or, when no task is in flight and the
-        run did not fail, hand the ring to the pool as its idle ring for the next run of the same
-        geometry (runtime/pool.py). When the pool closes first (`runtime.close()` with iterators
-        still open), the workers' mappings go with the workers and the ring's memory when this
-        run is closed or collected."""
-        if self._closed:
-            return
-        self._closed = True
-        ring = self.ring
-        kept = self.pool.close_run(self._run, keep_ring=ring if self._reusable() else None)
-        if ring is not None and not kept:
-            ring.close()  # a consumer may still hold a chunk view; the mapping goes with it
-
-    def _reusable(self) -> bool:
-        """Whether the ring can serve another run: no task in flight (no worker can still write
-        a slot) and no failure; then the slots of finished tasks not consumed and of the chunk
-        the consumer held go back, and every slot is free or leased (a lease returns its slot
-        when its views are gone, in whichever run)."""
-        ring = self.ring
-        if ring is None or self._task_counts or self._failure is not None:
-            return False
-        for done, _count in self._done.values():
-            ring.release(done.slot)
-        self._done.clear()
-        if self._held is not None:
-            ring.release(self._held)
-            self._held = None
-        return len(ring.free) + ring.leased == ring.slots

@@ -21,8 +21,7 @@ from datasetrt.values.records import CachedSample
 
 # Payloads at least this large on average are copied out one at a time as the consumer advances,
 # not a whole chunk at once: a chunk's worth of large bytes objects freed one by one lets glibc
-# trim the heap, and the next chunk pays a page fault per 4 KiB again (measured: 150 KiB records
-# 1.5x faster).
+# trim the heap, and the next chunk pays a page fault per 4 KiB again (docs/benchmarks.md).
 LAZY_PAYLOAD_BYTES = 32 * 1024
 
 
@@ -126,6 +125,6 @@ class SampleBuilder:
 
 
 def _one_at_a_time(chunk: Chunk, metas: list[dict], ids: list[int], sids: list[int]) -> Iterator[CachedSample]:
-    with memoryview(chunk.data) as view:  # released even if the consumer abandons us
+    with chunk.data.data as view:  # the array's bytes (ndarray.data); released even if the consumer abandons us
         for off, length, meta, cid, sid in zip(chunk.data_off.tolist(), chunk.data_len.tolist(), metas, ids, sids):
             yield CachedSample(view[off : off + length].tobytes(), meta, cid, sid)

@@ -35,6 +35,7 @@ The parent reads a slot through `Ring.array()` / `Ring.region()` by the same nam
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from datasetrt.values.payloads import PayloadCheck
 
@@ -43,6 +44,8 @@ WORKER = "worker"  # written by the worker: results, before the TaskDone
 ENTRY_BYTES = 8  # every header array holds 8-byte entries
 PAGE_BYTES = 4096
 
+EntryCode = Literal["q", "Q"]  # the typecode of a header array's 8-byte entries: int64 or uint64
+
 
 @dataclass(frozen=True, slots=True)
 class SlotArray:
@@ -50,7 +53,7 @@ class SlotArray:
     ("q" int64, "Q" uint64; numpy accepts the same codes as dtypes)."""
 
     name: str
-    typecode: str
+    typecode: EntryCode
     writer: str
 
 
@@ -126,7 +129,7 @@ class SlotLayout:
     def header_bytes(self) -> int:
         return len(self.arrays) * ENTRY_BYTES * self.rows
 
-    def array(self, name: str) -> tuple[int, str]:
+    def array(self, name: str) -> tuple[int, EntryCode]:
         """(byte offset in the slot, typecode) of header array `name`."""
         for k, field in enumerate(self.arrays):
             if field.name == name:

@@ -27,7 +27,7 @@ import threading
 import traceback
 from collections import OrderedDict
 
-from datasetrt.errors import CacheFormatError, CacheIOError
+from datasetrt.errors import CacheFormatError, CacheIOError, StorageError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.protocol import (
@@ -137,6 +137,9 @@ def _fill_batch(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, in
     with `keep_json`, the embedded JSON at the region's end). Partial (rows < count) only when
     the payloads outgrow the region; the parent then reads the batch itself."""
     layout = slot.layout
+    check = layout.payload
+    if check is None:  # SlotLayout.batch always sets it
+        raise RuntimeError("a batch slot layout without its payload length rule")
     json = (slot.array("json_off", count), slot.array("json_len", count)) if layout.keep_json else (_NO_JSON, _NO_JSON)
     offsets = slot.region("offsets")[: (count + 1) * 8].cast("q")
     try:
@@ -146,7 +149,7 @@ def _fill_batch(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, in
             slot.region("payload"),
             offsets,
             *json,
-            layout.payload,
+            check,
         )
     finally:
         offsets.release()
@@ -261,10 +264,10 @@ def zygote_main(task_conns: list, result_conns: list, status_conn, parent_pid: i
             pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             break
-        index = children.pop(pid, None)
-        if index is not None:
+        exited = children.pop(pid, None)  # the worker index of the child reaped
+        if exited is not None:
             try:
-                _send(status_conn, WorkerExited(index, os.waitstatus_to_exitcode(status)))
+                _send(status_conn, WorkerExited(exited, os.waitstatus_to_exitcode(status)))
             except OSError:
                 pass  # the parent closed its end: it is shutting down
     status_conn.close()
@@ -294,6 +297,7 @@ def _send(conn, msg: object) -> None:
 def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> None:
     cls = type(exc)
     io = exc if isinstance(exc, CacheIOError) else None
+    store = exc if isinstance(exc, StorageError) else None
     _send(
         conn,
         TaskFailed(
@@ -305,5 +309,8 @@ def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> 
             "".join(traceback.format_exception(exc)),
             io.errno if io is not None else None,
             io.path if io is not None else None,
+            store.url if store is not None else None,
+            store.operation if store is not None else None,
+            store.status if store is not None else None,
         ),
     )

@@ -2,8 +2,10 @@
 
 Boundary: numpy in, numpy out; no I/O, no Polars, no processes. Modules: `planner` (dataset-rt's
 ordered window and shuffled draws, `Window`, `PlanWindow`), `permutation` (exactly-once epochs),
-`mixture` (streams, proportions, resolved stream rows), `plans` (mixture plans and their state),
-`curriculum` (stages). docs/sampling.md describes the modes and their guarantees.
+`locality` (exactly-once epochs read a window of shards at a time), `mixture` (streams,
+proportions, resolved stream rows), `plans` (mixture plans and their state; streams in
+locality-aware epochs with a `Locality`), `curriculum` (stages), `orders` (which plan a
+population's windows follow). docs/sampling.md describes the modes and their guarantees.
 """
 
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, Stage, StageInfo

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from datasetrt.errors import ArgumentTypeError, SamplingConfigError, SamplingStateError
+from datasetrt.sampling.locality import Locality
 from datasetrt.sampling.mixture import Mixture, Stream, StreamRows
 from datasetrt.sampling.plans import SegmentedPlan, _stage_of
 
@@ -128,7 +129,9 @@ class CurriculumPlan(SegmentedPlan):
 
     KIND = "datasetrt.sampling.curriculum"
 
-    def __init__(self, curriculum: Curriculum, streams: StreamRows, seed: int) -> None:
+    def __init__(
+        self, curriculum: Curriculum, streams: StreamRows, seed: int, *, locality: Locality | None = None
+    ) -> None:
         if not isinstance(curriculum, Curriculum):
             raise SamplingConfigError(f"CurriculumPlan needs a Curriculum, got {type(curriculum).__name__}")
         names = tuple(curriculum.streams)
@@ -136,7 +139,7 @@ class CurriculumPlan(SegmentedPlan):
             _stage_of(stage.mixture, names, curriculum.names[i], curriculum.samples(i))
             for i, stage in enumerate(curriculum.stages)
         ]
-        super().__init__(names, specs, streams, seed, curriculum.order, curriculum.batch_size)
+        super().__init__(names, specs, streams, seed, curriculum.order, curriculum.batch_size, locality)
         self.curriculum = curriculum
 
     def advance(self, position: int) -> int:

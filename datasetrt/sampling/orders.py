@@ -1,6 +1,7 @@
 """Which order a population's windows follow: the pure selection between dataset-rt's ordered
-cursor and shuffled draws (`Window`), an exactly-once permutation and a stream order's plan
-(`PlanWindow` over `MixturePlan` / `CurriculumPlan`).
+cursor and shuffled draws (`Window`), an exactly-once permutation, a locality-aware one, and a
+stream order's plan (`PlanWindow` over `MixturePlan` / `CurriculumPlan`, each stream in
+locality-aware epochs under sampling="locality").
 
 Boundary: a population, a seed and an `Ordering` (the reader configuration's `sampling` and
 `window_shards`, and how to find a row's shard) in; a plan or a window out. No I/O, no Polars, no
@@ -9,17 +10,20 @@ dataset state: `CachedDataset` keeps the positions and calls these with them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from datasetrt.errors import SamplingConfigError
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan
 from datasetrt.sampling.curriculum import order_identity as stream_order_identity
-from datasetrt.sampling.locality import LocalityPermutation
+from datasetrt.sampling.locality import Locality, LocalityPermutation, blocks_digest
 from datasetrt.sampling.permutation import EXACTLY_ONCE, EpochPermutation, repeat_counts
 from datasetrt.sampling.planner import PlanWindow, Population, RowPlan, Window
 from datasetrt.sampling.plans import MixturePlan, SegmentedPlan
+from datasetrt.sampling.ranks import RankedLocality, RankSplit
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,14 @@ class Ordering:
         return self.sampling in EXACTLY_ONCE
 
     @property
-    def identity(self) -> str:
-        """The ordering as resume states name it: "draws", "permutation", "locality:<W>"."""
-        return f"locality:{self.window_shards}" if self.sampling == "locality" else self.sampling
+    def locality(self) -> bool:
+        return self.sampling == "locality"
+
+    def shards(self, population: Population) -> np.ndarray:
+        """The shard of each row of `population` (int64; `SamplingConfigError` without `blocks`)."""
+        if self.blocks is None:
+            raise SamplingConfigError("sampling='locality' needs the caches' shard of each row (a dataset's ordering)")
+        return self.blocks(population)
 
 
 def position_plan(population: Population, seed: int, ordering: Ordering) -> RowPlan | None:
@@ -52,12 +61,11 @@ def position_plan(population: Population, seed: int, ordering: Ordering) -> RowP
     order, streams = population.order, population.streams
     if order is not None:
         assert streams is not None  # a population's order and streams are set together
-        if isinstance(order, Curriculum):
-            return population.plan(("streams", seed), lambda: CurriculumPlan(order, streams, seed))
-        return population.plan(("streams", seed), lambda: MixturePlan(order, streams, seed))
+        local = ordering.window_shards if ordering.locality else None
+        return population.plan(("streams", seed, local), lambda: stream_plan(population, seed, ordering))
     if not ordering.exactly_once or not len(population):
         return None
-    if ordering.sampling == "locality":
+    if ordering.locality:
         return population.plan(
             ("locality", seed, ordering.window_shards), lambda: locality_permutation(population, seed, ordering)
         )
@@ -75,18 +83,26 @@ def _identify(population: Population) -> Callable[[int], str]:
     return identify
 
 
+def stream_plan(population: Population, seed: int, ordering: Ordering) -> SegmentedPlan:
+    """The plan of `population`'s mixture or curriculum; with sampling="locality", each stream's
+    exactly-once epochs in its locality-aware order over its rows' shards (a weighted mixture is
+    refused: `SamplingConfigError`)."""
+    order, streams = population.order, population.streams
+    assert order is not None and streams is not None  # a population's order and streams are set together
+    locality = Locality(ordering.window_shards, ordering.shards(population)) if ordering.locality else None
+    if isinstance(order, Curriculum):
+        return CurriculumPlan(order, streams, seed, locality=locality)
+    return MixturePlan(order, streams, seed, locality=locality)
+
+
 def locality_permutation(population: Population, seed: int, ordering: Ordering) -> LocalityPermutation:
     """The locality-aware exactly-once order of `population` (`RepeatCountError` naming the row
     for a weight that is not a repeat count; `SamplingConfigError` without a way to find shards)."""
-    if ordering.blocks is None:
-        from datasetrt.errors import SamplingConfigError
-
-        raise SamplingConfigError("sampling='locality' needs the caches' shard of each row (a dataset's ordering)")
     active = population.active
     counts = None
     if active is not None and active.weights is not None:
         counts = repeat_counts(active.weights, _identify(population))
-    return LocalityPermutation(seed, ordering.blocks(population), ordering.window_shards, counts)
+    return LocalityPermutation(seed, ordering.shards(population), ordering.window_shards, counts)
 
 
 def permutation(population: Population, seed: int) -> EpochPermutation:
@@ -100,14 +116,37 @@ def permutation(population: Population, seed: int) -> EpochPermutation:
 
 
 def window(
-    population: Population, start: int, length: int, *, shuffle: bool, seed: int, ordering: Ordering
+    population: Population,
+    start: int,
+    length: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    ordering: Ordering,
+    ranks: RankSplit | None = None,
 ) -> Window | PlanWindow:
     """`length` positions of the order over `population` from position `start` (dataset-rt's
-    cursor or draw index, or a position of the population's plan)."""
+    cursor or draw index, or a position of the population's plan). With `ranks`, a window that
+    starts an epoch of a locality-aware order and is one epoch long reads the order re-planned
+    for those ranks (`ranked_plan`); any other order or window is as without."""
     plan = position_plan(population, seed, ordering) if shuffle else None
+    epoch = isinstance(plan, LocalityPermutation) and length == plan.positions_per_epoch and start % length == 0
+    if ranks is not None and ranks.world > 1 and epoch:
+        plan = ranked_plan(population, seed, ordering, ranks)
     if plan is not None:
         return PlanWindow(population, plan, start, length)
     return Window(population, shuffle, seed, start, length)
+
+
+def ranked_plan(population: Population, seed: int, ordering: Ordering, ranks: RankSplit) -> RankedLocality:
+    """The locality-aware order of `population` re-planned per epoch for `ranks` (ranks.py), built
+    once per population, seed, window and split over the population's locality order."""
+    base = position_plan(population, seed, ordering)
+    assert isinstance(base, LocalityPermutation)
+    key = ("locality-ranks", seed, ordering.window_shards, ranks)
+    plan = population.plan(key, lambda: RankedLocality(base, ranks))
+    assert isinstance(plan, RankedLocality)
+    return plan
 
 
 def epoch_positions(population: Population, *, shuffle: bool, seed: int, ordering: Ordering) -> int:
@@ -126,10 +165,34 @@ def epoch_positions(population: Population, *, shuffle: bool, seed: int, orderin
 
 def order_identity(population: Population, ordering: Ordering) -> str:
     """What orders `population`'s shuffled windows, for resume states: "draws" (dataset-rt's),
-    "permutation", "locality:<W>", or "mixture:" / "curriculum:" and a BLAKE2b digest of the
-    configuration (streams, their rows and weights, proportions, options, stages)."""
+    "permutation", "locality:<W>:<digest of the rows' shards>", or "mixture:" / "curriculum:" and
+    a BLAKE2b digest of the configuration (streams, their rows and weights, proportions, options,
+    stages), "mixture+locality:<W>:" / "curriculum+locality:<W>:" and one digest of both with
+    sampling="locality". The shards' digest is computed once per population (O(rows log rows))."""
     order, streams = population.order, population.streams
+    if not ordering.locality:
+        if order is None:
+            return ordering.sampling
+        assert streams is not None  # a population's order and streams are set together
+        return stream_order_identity(order, streams)
+    shards = population.memo(("locality-shards",), lambda: _shards_digest(population, ordering))
     if order is None:
-        return ordering.identity
-    assert streams is not None  # a population's order and streams are set together
-    return stream_order_identity(order, streams)
+        return f"locality:{ordering.window_shards}:{shards}"
+    assert streams is not None
+    kind, digest = stream_order_identity(order, streams).split(":", 1)
+    both = hashlib.blake2b(f"{digest}|{shards}".encode(), digest_size=16).hexdigest()
+    return f"{kind}+locality:{ordering.window_shards}:{both}"
+
+
+def _shards_digest(population: Population, ordering: Ordering) -> str:
+    """`blocks_digest` of the rows' shards; per stream (in stream order) under a mixture or
+    curriculum, since each stream's order numbers its own shards."""
+    shards = ordering.shards(population)
+    streams = population.streams
+    if streams is None:
+        return blocks_digest(shards)
+    h = hashlib.blake2b(digest_size=16)
+    for name in streams.names:
+        rows = streams.rows[name]
+        h.update(blocks_digest(shards[slice(rows.start, rows.stop) if isinstance(rows, range) else rows]).encode())
+    return h.hexdigest()

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
 from datasetrt._native import draws
 from datasetrt.table.catalog import CacheCatalog
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # annotations only: planning imports no stream-order code
     from datasetrt.sampling.curriculum import Curriculum
@@ -77,6 +79,7 @@ class Population:
         self._cum = cum
         self._scale = scale
         self._plans: dict[Hashable, RowPlan] = {}
+        self._memo: dict[Hashable, Any] = {}
 
     def with_order(self, order: Mixture | Curriculum | None, streams: StreamRows | None) -> Population:
         """These rows (and their table and weighted sampler sums) with another stream order (None: none)."""
@@ -88,6 +91,13 @@ class Population:
         if plan is None:
             plan = self._plans[key] = build()
         return plan
+
+    def memo(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The value `build()` computed for `key` over these rows (computed at the first call):
+        what orders derive from the rows once (e.g. a digest of their shards)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
 
     def __len__(self) -> int:
         return len(self.active) if self.active is not None else self.catalog.total

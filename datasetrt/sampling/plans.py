@@ -9,7 +9,8 @@ stream s delivered before start_g. At relative position r the segment picks stre
 `sched_g[r mod D_g]` (one period of the quota interleave of the stage's integer weights), and
 stream s's c-th pick in the segment reads stream position `bases_g[s] + c` of its own order:
 element `j mod L_s` of stream epoch `j // L_s` (an exactly-once permutation keyed by the stream's
-name, or weighted draws `j`). So rows of any position range cost O(count + streams log D), with
+name, or weighted draws `j`; with a `Locality`, the stream's locality-aware exactly-once order
+over its rows' shards, locality.py, keyed by its name too). So rows of any position range cost O(count + streams log D), with
 no state beyond integers: a resume point is (stage, start, end, bases, position).
 
 Guarantee (per segment): after n samples, stream s has delivered within 1 of n x p_s, for every
@@ -30,6 +31,7 @@ import numpy as np
 
 from datasetrt._native import draws, perm
 from datasetrt.errors import PlanRangeError, SamplingConfigError, SamplingStateError, UnknownStreamError
+from datasetrt.sampling.locality import Locality, LocalityPermutation
 from datasetrt.sampling.mixture import Mixture, StreamRows
 from datasetrt.sampling.permutation import MAX_POSITIONS_PER_EPOCH, repeat_counts, stream_label
 
@@ -85,6 +87,21 @@ class _Draws:
         return local.astype(np.int64) + rows_of.start if isinstance(rows_of, range) else rows_of[local]
 
 
+class _LocalStream:
+    """An exactly-once stream read in its locality-aware order: stream position j is plan
+    position j of `order` (over the stream's rows), mapped to population rows."""
+
+    __slots__ = ("rows_of", "order")
+
+    def __init__(self, rows: range | np.ndarray, order: LocalityPermutation) -> None:
+        self.rows_of, self.order = rows, order
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        local = self.order.rows(first, count)
+        rows_of = self.rows_of
+        return local + rows_of.start if isinstance(rows_of, range) else rows_of[local]
+
+
 def _contiguous(rows: range | np.ndarray) -> range | np.ndarray:
     """`rows` as a range when they are consecutive (a cache of the physical table): no array."""
     if isinstance(rows, range):
@@ -100,25 +117,40 @@ def _row_namer(streams: StreamRows, name: str) -> Callable[[int], str]:
 
 
 def _stream_tables(
-    names: tuple[str, ...], streams: StreamRows, order: str, seed: int
-) -> tuple[perm.StreamTables, list[_Draws] | None]:
+    names: tuple[str, ...], streams: StreamRows, order: str, seed: int, locality: Locality | None = None
+) -> tuple[perm.StreamTables, Sequence[_Draws | _LocalStream] | None, np.ndarray]:
     """The kernel's per-stream tables (the streams' row arrays, referenced; the running sums of
-    repeat counts for exactly-once streams, refusing non-integer weights) and, for weighted
-    streams, their draws. O(rows) once per plan."""
+    repeat counts for exactly-once streams, refusing non-integer weights), the streams the kernel
+    leaves to Python (weighted streams' draws, or every stream's locality order: the kernel then
+    writes stream positions) and the stream positions per stream epoch (int64). O(rows) once per
+    plan."""
     permuted = order == "permutation"
-    ends: list[np.ndarray | None] = []
+    if locality is not None and not permuted:
+        raise SamplingConfigError(
+            f"sampling='locality' reads each stream in exactly-once epochs; a mixture with order={order!r} "
+            "draws with replacement over every shard (use order='permutation')"
+        )
+    counts_of: list[np.ndarray | None] = []
     for name in names:
         weights = streams.weights[name] if permuted else None
-        counts = None if weights is None else repeat_counts(weights, _row_namer(streams, name))
-        ends.append(None if counts is None else np.cumsum(counts))
+        counts_of.append(None if weights is None else repeat_counts(weights, _row_namer(streams, name)))
+    ends = [None if c is None else np.cumsum(c) for c in counts_of]
     if any(e is not None and int(e[-1]) > MAX_POSITIONS_PER_EPOCH for e in ends):
         raise SamplingConfigError("a stream has more than 2**62 positions per epoch")
-    tables = perm.StreamTables(
-        [stream_label(n) for n in names], [_contiguous(streams.rows[n]) for n in names], ends, permuted
-    )
+    rows = [_contiguous(streams.rows[n]) for n in names]
+    labels = [stream_label(n) for n in names]
+    if locality is not None:
+        local: list[_LocalStream] = []
+        for rows_of, counts, label in zip(rows, counts_of, labels):
+            blocks = locality.blocks[slice(rows_of.start, rows_of.stop) if isinstance(rows_of, range) else rows_of]
+            order_of = LocalityPermutation(seed, blocks, locality.window_blocks, counts, label=label)
+            local.append(_LocalStream(rows_of, order_of))
+        tables = perm.StreamTables(labels, rows, [None] * len(names), False)
+        return tables, local, np.array([s.order.positions_per_epoch for s in local], dtype=np.int64)
+    tables = perm.StreamTables(labels, rows, ends, permuted)
     if permuted:
-        return tables, None
-    return tables, [_Draws(n, streams.rows[n], streams.weights[n], seed) for n in names]
+        return tables, None, tables.per_epoch
+    return tables, [_Draws(n, streams.rows[n], streams.weights[n], seed) for n in names], tables.per_epoch
 
 
 @dataclass(frozen=True)
@@ -141,7 +173,10 @@ class SegmentedPlan:
     `rows(first, count)` -> int64 population rows; `streams_at` -> int16 stream index per position;
     `stages_at` -> int16 stage index per position; `progress(position)` -> per-stream samples and
     epochs; `state_dict(position)` / `load_state_dict(state)` -> position. `batch_size` aligns
-    stage boundaries (1 for a plain mixture).
+    stage boundaries (1 for a plain mixture). With `locality` (order "permutation" only), each
+    stream's exactly-once epochs follow its locality-aware order (`LocalityPermutation` over the
+    stream's rows and their blocks, keyed by the stream's name); the state then names the window
+    size and each stream's blocks, and a state of other blocks is refused.
     """
 
     KIND = "datasetrt.sampling.plan"
@@ -154,6 +189,7 @@ class SegmentedPlan:
         seed: int,
         order: str,
         batch_size: int = 1,
+        locality: Locality | None = None,
     ) -> None:
         if type(seed) is not int or not 0 <= seed < 1 << 64:
             raise SamplingConfigError(f"seed must be a u64, got {seed!r}")
@@ -168,8 +204,11 @@ class SegmentedPlan:
         self.order = order
         self.batch_size = batch_size
         self._streams = streams
-        self._tables, self._draws = _stream_tables(names, streams, order, seed)
-        self.stream_sizes = self._tables.per_epoch  # stream positions per stream epoch (int64)
+        self._tables, self._finish, sizes = _stream_tables(names, streams, order, seed, locality)
+        sizes.flags.writeable = False
+        self.stream_sizes = sizes  # stream positions per stream epoch (int64)
+        self.window_blocks = None if locality is None else locality.window_blocks
+        self._block_digests: list[str] | None = None
         self._segments = self._chain(self._segment(0, 0, np.zeros(len(names), dtype=np.int64)))
         self.revision = 0  # +1 at every advance() or load_state_dict(): rows planned before may be stale
 
@@ -261,11 +300,11 @@ class SegmentedPlan:
         out = np.empty(count, dtype=np.int64)
         picks = np.empty(count, dtype=np.int16)
         self._tables.block(self.seed, seg.inter, first - seg.start, seg.bases, out, picks)
-        if self._draws is not None:  # weighted streams: the kernel wrote stream positions
-            for s, stream_draws in enumerate(self._draws):
+        if self._finish is not None:  # weighted or locality streams: the kernel wrote stream positions
+            for s, stream in enumerate(self._finish):
                 where = np.flatnonzero(picks == s)
-                if where.size:
-                    out[where] = stream_draws.rows(int(out[where[0]]), len(where))
+                if where.size:  # a stream's picks in a segment read consecutive stream positions
+                    out[where] = stream.rows(int(out[where[0]]), len(where))
         return out
 
     def streams_at(self, first: int, count: int) -> np.ndarray:
@@ -295,7 +334,24 @@ class SegmentedPlan:
 
     # -- state ----------------------------------------------------------------------------------
 
+    @property
+    def order_name(self) -> str:
+        """How the streams are ordered: "permutation", "weighted" or "locality:<window blocks>"."""
+        return self.order if self.window_blocks is None else f"locality:{self.window_blocks}"
+
+    def block_digests(self) -> list[str] | None:
+        """Per stream, `blocks_digest` of its rows' blocks (None without locality); computed once."""
+        if self._block_digests is None and self.window_blocks is not None:
+            self._block_digests = [s.order.blocks_digest() for s in self._finish or () if isinstance(s, _LocalStream)]
+        return self._block_digests
+
     def _identity(self) -> dict:
+        identity = self._base_identity()
+        if self.window_blocks is not None:  # absent otherwise: states of other orders are unchanged
+            identity["locality"] = {"window_blocks": self.window_blocks, "stream_blocks": self.block_digests()}
+        return identity
+
+    def _base_identity(self) -> dict:
         return {
             "seed": self.seed,
             "order": self.order,
@@ -406,6 +462,9 @@ def _difference(state: Mapping[str, Any], mine: dict, names: tuple[str, ...]) ->
     for key in ("streams", "stream_sizes", "seed", "order", "batch_size"):
         if state.get(key) != mine[key]:
             return f"{key.replace('_', ' ')} differ (state {state.get(key)!r}, here {mine[key]!r})"
+    diff = _locality_difference(state.get("locality"), mine.get("locality"), names)
+    if diff is not None:
+        return diff
     for name, theirs, ours in zip(names, state.get("stream_digests") or [None] * len(names), mine["stream_digests"]):
         if theirs != ours:
             return f"the rows or weights of stream {name!r} differ"
@@ -432,6 +491,23 @@ def _difference(state: Mapping[str, Any], mine: dict, names: tuple[str, ...]) ->
     return None
 
 
+def _locality_difference(theirs: Any, ours: dict | None, names: tuple[str, ...]) -> str | None:
+    """The first difference between a state's locality identity and this plan's (None: equal)."""
+    if theirs == ours:
+        return None
+    if not isinstance(theirs, Mapping) or ours is None:
+        return f"the stream orders differ (state locality {theirs!r}, here {ours!r})"
+    if theirs.get("window_blocks") != ours["window_blocks"]:
+        return (
+            f"the locality window differs (state {theirs.get('window_blocks')!r} shards, here {ours['window_blocks']})"
+        )
+    blocks = theirs.get("stream_blocks")
+    for name, a, b in zip(names, blocks if isinstance(blocks, list) else [None] * len(names), ours["stream_blocks"]):
+        if a != b:
+            return f"the shards of the rows of stream {name!r} differ"
+    return "the locality orders differ"
+
+
 class MixturePlan(SegmentedPlan):
     """The plan of one `Mixture` over resolved `StreamRows` under `seed`: a single unbounded stage
     (bounded with on_exhausted="stop": the plan ends at the first position whose stream has
@@ -439,9 +515,10 @@ class MixturePlan(SegmentedPlan):
 
     KIND = "datasetrt.sampling.mixture"
 
-    def __init__(self, mixture: Mixture, streams: StreamRows, seed: int) -> None:
+    def __init__(self, mixture: Mixture, streams: StreamRows, seed: int, *, locality: Locality | None = None) -> None:
         if not isinstance(mixture, Mixture):
             raise SamplingConfigError(f"MixturePlan needs a Mixture, got {type(mixture).__name__}")
         names = mixture.names
-        super().__init__(names, [_stage_of(mixture, names, "mixture", None)], streams, seed, mixture.order)
+        stages = [_stage_of(mixture, names, "mixture", None)]
+        super().__init__(names, stages, streams, seed, mixture.order, locality=locality)
         self.mixture = mixture

@@ -141,12 +141,14 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """What a listing or a head returns: `name` relative to the store's location."""
+    """What a listing or a head returns: `name` relative to the store's location; `modified` the
+    store's last-modified time (unix seconds) when it gives one."""
 
     name: str
     size: int
     etag: str | None
     version: str | None
+    modified: float | None = None
 
 
 @dataclass(frozen=True)
@@ -383,7 +385,7 @@ class ObjectStore:
             meta = obs.head(self._obstore_store(), self._key(name))
         except Exception as exc:
             raise self._error(exc, "head", name) from None
-        return ObjectInfo(name, meta["size"], meta["e_tag"], meta["version"])
+        return ObjectInfo(name, meta["size"], meta["e_tag"], meta["version"], _unix(meta.get("last_modified")))
 
     def _op_put(self, name: str, data: bytes | Path, part_bytes: int) -> PutInfo:
         import obstore as obs
@@ -420,7 +422,10 @@ class ObjectStore:
             metas = obs.list(self._obstore_store(), prefix or None).collect()
         except Exception as exc:
             raise self._error(exc, "list", name_prefix or None) from None
-        out = [ObjectInfo(m["path"][strip:], m["size"], m["e_tag"], m["version"]) for m in metas]
+        out = [
+            ObjectInfo(m["path"][strip:], m["size"], m["e_tag"], m["version"], _unix(m.get("last_modified")))
+            for m in metas
+        ]
         return sorted(out, key=lambda info: info.name)
 
     def _op_delete(self, names: builtins.list[str]) -> None:
@@ -485,6 +490,11 @@ def _write_all(fd: int, chunk: bytes, path: str, url: str) -> None:
                 raise DiskFullError.from_os(exc, os.path.dirname(path), f"while downloading {url}") from None
             raise CacheIOError.from_os(exc, path, f"while downloading {url}") from None
         view = view[n:]
+
+
+def _unix(when: Any) -> float | None:
+    """A store's last-modified datetime as unix seconds (None when absent)."""
+    return when.timestamp() if isinstance(when, datetime.datetime) else None
 
 
 def _summary(text: str) -> str:

@@ -4,7 +4,8 @@ Boundary: a Polars frame (the active table in population order, or the physical 
 dataset's cache identities in; numpy `StreamRows` out. No file formats, no processes; the
 planners never see Polars.
 
-Rules: a cache given by path must be one of the dataset's caches (paths compared resolved), a
+Rules: a cache given by path must be one of the dataset's caches (paths compared resolved, URLs
+canonical: `s3://b/p/` and `s3a://b/p` are `s3://b/p`), a
 cache_id must be present; a column must exist and its values must have the column's kind; every
 stream must select at least one row; no row may belong to two streams. Columnar: one boolean
 column per stream, no Python loop over rows. O(rows x streams).
@@ -20,9 +21,10 @@ from typing import TypeVar
 import numpy as np
 import polars as pl
 
-from datasetrt.errors import EmptyStreamError, SamplingConfigError, UnknownStreamError
+from datasetrt.errors import ConfigError, EmptyStreamError, SamplingConfigError, UnknownStreamError
 from datasetrt.format.layout import IDENTITY_COLUMNS, WEIGHT_COLUMN
 from datasetrt.sampling.mixture import Stream, StreamRows
+from datasetrt.storage.urls import parse_location
 
 # A key of `group_streams`' caches, str or PathLike (a TypeVar: a Mapping is invariant in its keys).
 CachePath = TypeVar("CachePath", bound=str | os.PathLike[str])
@@ -33,8 +35,18 @@ def _fspath(path: str | os.PathLike[str]) -> str:
     return os.fspath(path)
 
 
+def _identity(path: str) -> str | None:
+    """A cache path's identity: a local path resolved, an object-store URL canonical (never through
+    Path, which mangles URLs); None for a malformed URL."""
+    try:
+        location = parse_location(path)
+    except ConfigError:
+        return None
+    return str(location.resolve()) if isinstance(location, Path) else location.url
+
+
 def _cache_ids(stream: Stream, name: str, caches: Mapping[str, int], present: set[int]) -> list[int]:
-    resolved = {str(Path(p).resolve()): cid for p, cid in caches.items()}
+    resolved = {_identity(p): cid for p, cid in caches.items()}
     ids = []
     for cache in stream.caches:
         if isinstance(cache, int):
@@ -42,7 +54,8 @@ def _cache_ids(stream: Stream, name: str, caches: Mapping[str, int], present: se
                 raise UnknownStreamError(f"stream {name!r}: cache_id {cache} is not one of the dataset's caches")
             ids.append(cache)
         else:
-            cid = resolved.get(str(Path(cache).resolve()))
+            key = _identity(cache)
+            cid = resolved.get(key) if key is not None else None
             if cid is None:
                 raise UnknownStreamError(f"stream {name!r}: cache {cache!r} is not one of the dataset's caches")
             ids.append(cid)

@@ -14,7 +14,7 @@ Adding a codec (docs/architecture.md, "Where to make a change"): a `Codec` row h
 `encode_bound`, `encode`, and the context init/free when it keeps a library context); the library's
 declarations in `_ext/clibs.pxd` when it needs new ones; docs/storage-format.md.
 
-Per-cache state (`Codec.cache_state`; zstd_dict, issue 14): a codec whose records need state shared
+Per-cache state (`Codec.cache_state`; zstd_dict): a codec whose records need state shared
 by the whole cache (a trained dictionary) keeps it in a file of the cache named by the manifest
 (format/dictionary.py). Readers load it once per cache and process, like the index map
 (`CacheHandle.codec_state`), and hand the kernel a pointer to the prepared native state (a

@@ -69,6 +69,7 @@ def test_doc_blocks_run_as_pasted(doc, tmp_path):
                 "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_ACCESS_KEY,
                 "AWS_EC2_METADATA_DISABLED": "true",
             }
+            env["DATASETRT_CACHE_DIR"] = str(tmp_path / "node-cache")  # never the home directory
             out = run_file(doc.read_text(), label, tmp_path, env)
     else:
         out = run_file(doc.read_text(), label, tmp_path)

@@ -79,7 +79,7 @@ def test_window_size_and_seed_change_the_order_not_the_rows(paths):
     assert ids(locality_ds(paths, seed=3, window_shards=5)) != base
     assert ids(locality_ds(paths, seed=4, window_shards=2)) != base
     assert sorted(ids(locality_ds(paths, seed=4, window_shards=5))) == sorted(base)
-    assert locality_ds(paths, window_shards=5).order_identity() == "locality:5"
+    assert locality_ds(paths, window_shards=5).order_identity().startswith("locality:5:")
 
 
 def test_integer_weights_are_repeat_counts_and_others_are_refused(paths):

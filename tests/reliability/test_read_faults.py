@@ -119,6 +119,9 @@ def test_keyboard_interrupt_in_consumer_leaks_nothing(cache, fork_rt, path):
 def test_killed_worker_leaks_nothing(cache, expected, fork_rt):
     want = baseline(fork_rt)
     for k in range(LOOPS):
+        # the pool the previous loop's read restarted must be up before the read the kill hits: a
+        # read reads in-process until a worker is ready, and on a busy machine a whole epoch can
+        fork_rt.start_workers()
         ds, it = long_iter(cache, fork_rt)
         for _ in range(1 + k):
             next(it)

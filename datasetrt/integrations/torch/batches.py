@@ -271,7 +271,7 @@ def _rebuild_batch_dataset(
     spec: _Spec,
     transform: Callable | None,
     worker_seeds: tuple[int, ...],
-    pass_: tuple[int, int],
+    pass_: tuple[int, int, int],
     typed: _Typed,
 ) -> BatchLoaderDataset:
     obj = BatchLoaderDataset._rebuilt(recipe)

@@ -42,11 +42,12 @@ STATE_VERSION = 2  # DataLoader states; version 1 (single rank, no `rows`) is st
 
 
 class _LoaderIterator:
-    """The torch iterator of one pass, counting delivered batches for `state_dict()`."""
+    """The torch iterator of one pass, counting delivered batches for `state_dict()`; the pass's
+    order was planned for `plan_world` ranks."""
 
-    def __init__(self, it: Any, epoch: int, layout: _Layout, prior: int) -> None:
+    def __init__(self, it: Any, epoch: int, layout: _Layout, prior: int, plan_world: int) -> None:
         self._it = it
-        self.epoch, self.layout, self.prior = epoch, layout, prior
+        self.epoch, self.layout, self.prior, self.plan_world = epoch, layout, prior, plan_world
         self.yielded = 0
         self.exhausted = False
         self.deliver: Callable[[Any], Any] | None = None  # what the main process does to each item first
@@ -95,7 +96,7 @@ class DatasetRTDataLoader(DataLoader):
         self._partition = partition
         self._share = share
         self._next_epoch = 0
-        self._pending = (0, 0)  # (rows, batches) where the next pass starts
+        self._pending = (0, 0, self.world_size)  # (rows, batches, plan world) where the next pass starts
         self._started = False
         self._current: _LoaderIterator | None = None
 
@@ -133,11 +134,11 @@ class DatasetRTDataLoader(DataLoader):
 
     # torch types `__iter__` as its `_BaseDataLoaderIter`; ours wraps that and forwards its attributes
     def __iter__(self) -> _LoaderIterator:  # type: ignore[override]
-        epoch, (rows, prior) = self._next_epoch, self._pending
+        epoch, (rows, prior, plan_world) = self._next_epoch, self._pending
         self._started = True
-        self._next_epoch, self._pending = epoch + 1, (0, 0)
-        self._adapter._begin(epoch, rows)
-        tracked = _LoaderIterator(super().__iter__(), epoch, self._adapter._spec.layout(rows), prior)
+        self._next_epoch, self._pending = epoch + 1, (0, 0, self.world_size)
+        self._adapter._begin(epoch, rows, plan_world)
+        tracked = _LoaderIterator(super().__iter__(), epoch, self._adapter._spec.layout(rows), prior, plan_world)
         self._current = tracked
         return tracked
 
@@ -166,20 +167,24 @@ class DatasetRTDataLoader(DataLoader):
         """Where the next batch comes from: {"epoch", "rows" (plan positions of that epoch the
         ranks consumed together, assuming every rank delivered as many batches as this one),
         "batches" (delivered by this rank in that epoch), "world_size", "rank"} plus what the plan
-        is (cache and table digests, seed, shuffle, partition, sizes). Plain Python values (json-
-        and torch.save-able)."""
+        is (cache and table digests, seed, shuffle, partition, sizes), and "plan_world" when the
+        epoch's order was planned for another world size than this one's (the rest of an epoch
+        resumed from such a state: docs/sampling.md, "Ranks"). Plain Python values (json- and
+        torch.save-able)."""
         cur = self._current
         if cur is None:
-            epoch, (rows, batches) = self._next_epoch, self._pending
+            epoch, (rows, batches, plan_world) = self._next_epoch, self._pending
         else:
             layout = cur.layout
-            epoch, rows, batches = (
+            epoch, rows, batches, plan_world = (
                 cur.epoch,
                 layout.start + cur.yielded * layout.world * layout.batch,
                 cur.prior + cur.yielded,
+                cur.plan_world,
             )
             if cur.exhausted or cur.yielded >= layout.batches:
-                epoch, rows, batches = epoch + 1, 0, 0
+                epoch, rows, batches, plan_world = epoch + 1, 0, 0, self.world_size
+        planned = {} if plan_world == self.world_size else {"plan_world": plan_world}
         return {
             "kind": STATE_KIND,
             "version": STATE_VERSION,
@@ -188,6 +193,7 @@ class DatasetRTDataLoader(DataLoader):
             "batches": batches,
             "world_size": self.world_size,
             "rank": self.rank,
+            **planned,
             **self._identity(),
         }
 
@@ -231,6 +237,7 @@ class DatasetRTDataLoader(DataLoader):
             rows = min(batches * self._plan.batch_size, self._plan.count) if type(batches) is int else None
         else:
             world, rows = state.get("world_size"), state.get("rows")
+        plan_world = state.get("plan_world", world)  # the world size the epoch's order was planned for
         same = world == self.world_size
         if (
             type(epoch) is not int
@@ -240,6 +247,8 @@ class DatasetRTDataLoader(DataLoader):
             or epoch < 0
             or batches < 0
             or world < 1
+            or type(plan_world) is not int
+            or plan_world < 1
             or not 0 <= rows <= self._plan.count
             or (same and batches > self.batches_per_pass)
         ):
@@ -254,9 +263,11 @@ class DatasetRTDataLoader(DataLoader):
             self._adapter._spec = replace(self._adapter._spec, seed=self._plan.plan_seed)
         if not same:
             batches = rows // (self.world_size * self._plan.batch_size)
+        if rows == 0:  # a whole epoch is planned for this world size
+            plan_world = self.world_size
         if self._adapter._spec.layout(rows).per_rank == 0:
-            epoch, rows, batches = epoch + 1, 0, 0
-        self._next_epoch, self._pending = epoch, (rows, batches)
+            epoch, rows, batches, plan_world = epoch + 1, 0, 0, self.world_size
+        self._next_epoch, self._pending = epoch, (rows, batches, plan_world)
 
 
 def to_torch_dataloader(

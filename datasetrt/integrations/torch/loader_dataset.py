@@ -118,11 +118,16 @@ class _LoaderPlan:
         return self._ds.order_identity(self._source)
 
 
-def _stream(ds: DatasetSeam, population: Any, spec: _Spec) -> Any:
-    """The loader's plan stream over `population`: a window from plan position 0 whose pass e is
-    `spec.pass_window(stream, e)`. In the parent this also computes the plan's tables once, before
-    any worker forks."""
-    return ds.plan_window(0, spec.stride, population=population, shuffle=spec.shuffle, seed=spec.seed)
+def _stream(ds: DatasetSeam, population: Any, spec: _Spec, plan_world: int) -> Any:
+    """The loader's plan stream over `population` as `plan_world` ranks read it: a window from
+    plan position 0 whose pass e is `spec.pass_window(stream, e)` (a locality-aware order plans
+    each epoch-long pass so that each of `plan_world` ranks reads its own shards; other orders do
+    not depend on it). In the parent this also computes the plan's tables once, before any worker
+    forks."""
+    layout = (plan_world, spec.batch, spec.drop_last) if spec.shuffle else None
+    return ds.plan_window(
+        0, spec.stride, population=population, shuffle=spec.shuffle, seed=spec.seed, rank_layout=layout
+    )
 
 
 class LoaderDataset(_PlanDataset):
@@ -130,7 +135,9 @@ class LoaderDataset(_PlanDataset):
     reads this rank's layout of window e of the global plan. Main process (`num_workers=0`): read
     through the dataset (its runtime's reader processes, if it has them). Worker w of K: the
     rank's batches w, w+K, ... in-process. `sample_transform_fn` runs per sample where the sample
-    is read."""
+    is read. A pass's order is planned for `plan_world` ranks (`_pass`): the loader's world size,
+    except for the rest of an epoch a state taken on another world size resumes (docs/sampling.md,
+    "Ranks")."""
 
     def __init__(
         self,
@@ -142,7 +149,7 @@ class LoaderDataset(_PlanDataset):
         work_dir: str | None,
     ) -> None:
         self._setup(dataset, None, work_dir)
-        self._init_passes(plan, spec, transform, worker_seeds, (0, 0))
+        self._init_passes(plan, spec, transform, worker_seeds, (0, 0, spec.world))
 
     def _init_passes(
         self,
@@ -150,13 +157,14 @@ class LoaderDataset(_PlanDataset):
         spec: _Spec,
         transform: Callable | None,
         worker_seeds: tuple[int, ...],
-        pass_: tuple[int, int],
+        pass_: tuple[int, int, int],
     ) -> None:
         self._plan = plan  # None in a spawned copy
         self._spec = spec
         self.sample_transform_fn = transform
         self.worker_seeds = worker_seeds
-        self._pass = pass_  # (epoch, plan rows already consumed) of the next pass the loader starts
+        # (epoch, plan rows already consumed, plan world) of the next pass the loader starts
+        self._pass = pass_
 
     def _require_plan(self) -> _LoaderPlan:
         """The plan; held wherever the dataset is (the building process and its forked workers)."""
@@ -176,11 +184,11 @@ class LoaderDataset(_PlanDataset):
         worker, _workers, _in = _worker_identity()
         return self.worker_seeds[worker] if worker < len(self.worker_seeds) else 0
 
-    def _begin(self, epoch: int, rows: int) -> None:
+    def _begin(self, epoch: int, rows: int, plan_world: int) -> None:
         """Parent side, before torch starts the pass (and maybe its workers): fix the plan and
         compute its tables here, once, so forked workers share them."""
-        _stream(self._require_dataset(), self._require_plan().freeze(), self._spec)
-        self._pass = (epoch, rows)
+        _stream(self._require_dataset(), self._require_plan().freeze(), self._spec, plan_world)
+        self._pass = (epoch, rows, plan_world)
 
     def __iter__(self) -> Iterator[Any]:
         where = self._pass_here()
@@ -199,24 +207,25 @@ class LoaderDataset(_PlanDataset):
         consecutive positions of the returned window is one batch of the loader."""
         worker, workers, in_worker = _worker_identity()
         main = not in_worker and self._dataset is not None
+        spec = self._spec
         if main:
-            epoch, rows = self._pass
-            self._pass = (epoch + 1, 0)
+            epoch, rows, plan_world = self._pass
+            self._pass = (epoch + 1, 0, spec.world)
         else:
             k = self._next_pass()
-            epoch, rows = self._pass
-            epoch, rows = epoch + k, (rows if k == 0 else 0)
-        spec = self._spec
+            epoch, rows, plan_world = self._pass
+            if k:  # a persistent worker's later pass: a whole epoch, planned for this world size
+                epoch, rows, plan_world = epoch + k, 0, spec.world
         layout = spec.layout(rows)
         if layout.per_rank == 0:
             return None
         if main:
-            stream = _stream(self._require_dataset(), self._require_plan().freeze(), spec)
+            stream = _stream(self._require_dataset(), self._require_plan().freeze(), spec, plan_world)
             if spec.world == 1:  # the rest of the pass is one contiguous window
                 return spec.pass_window(stream, epoch, rows), None
             return _Share(spec.pass_window(stream, epoch), layout=layout), None
         reader = self._reader_here(self._require_plan().freeze() if self._dataset is not None else None)
-        window = spec.pass_window(_stream(reader.ds, reader.population, spec), epoch)
+        window = spec.pass_window(_stream(reader.ds, reader.population, spec, plan_world), epoch)
         return _Share(window, worker, workers, layout=layout), reader
 
     def __reduce__(self) -> Any:
@@ -233,7 +242,7 @@ def _rebuild_loader_dataset(
     spec: _Spec,
     transform: Callable | None,
     worker_seeds: tuple[int, ...],
-    pass_: tuple[int, int],
+    pass_: tuple[int, int, int],
 ) -> LoaderDataset:
     obj = LoaderDataset._rebuilt(recipe)
     obj._init_passes(None, spec, transform, worker_seeds, pass_)

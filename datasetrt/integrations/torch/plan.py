@@ -16,7 +16,10 @@ Ranks (torchrun / torch.distributed): every rank plans the same global pass and 
 `_Layout` of it: steps of world_size batches, rank r taking batch r of each step, the short last
 step split evenly, padding wrapped to the start of the pass (dataset-rt's per-rank counts and
 warning, reference §3.3). After s batches on every rank the ranks have consumed a prefix of the
-pass, so a state resumes on any world size and worker count. Docs: docs/distributed.md.
+pass, so a state resumes on any world size and worker count. Docs: docs/distributed.md. What the
+pass's positions hold may depend on the world size: a locality-aware order plans an epoch-long
+pass for the ranks that read it (`rank_layout` of `plan_window`; docs/sampling.md, "Ranks"), so
+that rank r's batches come from its own shards; the layout here is the same for every order.
 """
 
 from __future__ import annotations

@@ -113,3 +113,17 @@ def test_a_staging_root_is_named_not_failed(write_caches, capsys):
     assert main(["inspect", *entries]) == 0
     out = capsys.readouterr().out
     assert "staging directory, not a cache" in out and out.count("status      ok") == 2
+
+
+def test_a_base_directory_names_each_cache_below_it(write_caches, capsys):
+    paths = write_caches({"b1": 2, "b2": 3})
+    base = paths[0].parent
+    (base / "tmp").mkdir()  # a staging root beside them is not a cache of the base
+    assert main(["inspect", str(base), "--json"]) == 0
+    docs = json.loads(capsys.readouterr().out)
+    assert [(d["path"], d["sample_count"]) for d in docs] == [(str(paths[0]), 2), (str(paths[1]), 3)]
+    assert main(["validate", str(base)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"ok   {paths[0]}: 2 samples verified",
+        f"ok   {paths[1]}: 3 samples verified",
+    ]

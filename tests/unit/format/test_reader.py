@@ -220,6 +220,12 @@ def test_open_records_identity_and_maps_lazily(cache):
     assert [p.name for p in handle.shard_paths()] == sorted(p.name for p in (cache / "shards").iterdir())
 
 
+def test_open_reads_a_file_url_as_its_local_path(cache):
+    handle = CacheHandle.open(cache.as_uri())
+    assert handle.path == cache and handle.remote is None
+    assert handle.identity == CacheHandle.open(cache).identity
+
+
 def test_index_size_checks(cache):
     index = cache / "index.bin"
     data = index.read_bytes()

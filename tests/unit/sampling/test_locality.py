@@ -1,4 +1,5 @@
-"""Locality-aware exactly-once epochs (sampling/locality.py) against a plain-numpy reference."""
+"""Locality-aware exactly-once epochs (sampling/locality.py) against the plain statement in
+tests/reference/locality.py."""
 
 from __future__ import annotations
 
@@ -10,27 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from datasetrt._native import perm
 from datasetrt.errors import SamplingConfigError
-from datasetrt.sampling.locality import BLOCK_LABEL, WINDOW_LABEL, LocalityPermutation
-
-
-def reference_epoch(seed: int, blocks: np.ndarray, window: int, epoch: int, counts: np.ndarray | None) -> list[int]:
-    """The documented order, written out: dense blocks in keyed order, windows of `window`
-    blocks, each window's rows (block order, table order within a block, repeated by count)
-    permuted by its own key."""
-    ids = sorted(set(blocks.tolist()))
-    n = len(ids)
-    visit = [ids[int(v)] for v in perm.permute_values(perm.permutation_key(seed, BLOCK_LABEL, epoch), n, np.arange(n))]
-    out: list[int] = []
-    for j in range(0, n, window):
-        members = []
-        for b in visit[j : j + window]:
-            for row in np.flatnonzero(blocks == b):
-                members += [int(row)] * (1 if counts is None else int(counts[row]))
-        key = perm.permutation_key(seed, WINDOW_LABEL ^ (j // window), epoch)
-        out += [members[int(v)] for v in perm.permute_values(key, len(members), np.arange(len(members)))]
-    return out
+from datasetrt.sampling.locality import LocalityPermutation, blocks_digest
+from tests.reference.locality import epoch_order
 
 
 @st.composite
@@ -43,15 +26,21 @@ def populations(draw):
     return blocks, counts
 
 
-@given(populations(), st.integers(1, 5), st.integers(0, 2**64 - 1), st.integers(0, 3))
-@example((np.zeros(1, dtype=np.int64), None), 1, 0, 0)  # one row, one block
-@example((np.arange(7, dtype=np.int64), None), 3, 5, 1)  # one row per block
-def test_rows_follow_the_reference(population, window, seed, epoch):
+@given(
+    populations(),
+    st.integers(1, 5),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 3),
+    st.sampled_from([0, 2**64 - 1, 12345]),
+)
+@example((np.zeros(1, dtype=np.int64), None), 1, 0, 0, 0)  # one row, one block
+@example((np.arange(7, dtype=np.int64), None), 3, 5, 1, 0)  # one row per block
+def test_rows_follow_the_reference(population, window, seed, epoch, label):
     blocks, counts = population
-    plan = LocalityPermutation(seed, blocks, window, counts)
+    plan = LocalityPermutation(seed, blocks, window, counts, label=label)
     total = plan.positions_per_epoch
     assert total == (len(blocks) if counts is None else int(counts.sum()))
-    want = reference_epoch(seed, blocks, window, epoch, counts)
+    want = epoch_order(seed, blocks, window, epoch, counts, label)
     assert plan.rows(epoch * total, total).tolist() == want
     # random access: any split of the range gives the same rows
     cut = total // 3
@@ -89,8 +78,9 @@ def test_pickles_to_the_same_order():
     blocks = rng.integers(0, 9, 300)
     counts = rng.integers(1, 4, 300)
     for c in (None, counts):
-        plan = LocalityPermutation(5, blocks, 2, c)
+        plan = LocalityPermutation(5, blocks, 2, c, label=99)
         again = pickle.loads(pickle.dumps(plan))
+        assert again.label == 99 and again.blocks_digest() == plan.blocks_digest() == blocks_digest(blocks)
         assert (
             again.rows(17, 3 * plan.positions_per_epoch).tolist()
             == plan.rows(17, 3 * plan.positions_per_epoch).tolist()
@@ -116,3 +106,11 @@ def test_negative_positions_are_refused():
     plan = LocalityPermutation(1, np.arange(3), 1)
     with pytest.raises(SamplingConfigError, match="plan positions must be >= 0"):
         plan.rows(-1, 2)
+
+
+def test_labels_give_streams_their_own_orders_and_the_digest_names_the_blocks_only():
+    blocks = np.repeat(np.arange(12), 10)
+    a, b = LocalityPermutation(3, blocks, 2, label=1), LocalityPermutation(3, blocks, 2, label=2)
+    assert a.rows(0, 120).tolist() != b.rows(0, 120).tolist()
+    assert blocks_digest(blocks) == blocks_digest(blocks * 7 + 3)  # only the order of the ids matters
+    assert blocks_digest(blocks) != blocks_digest(np.repeat(np.arange(24), 5))
