@@ -476,6 +476,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--variants", default="remote,local,limit", help="datasetrt's rows: remote, local (disk), limit (default all)"
     )
+    parser.add_argument(
+        "--limit-spare", type=int, default=1, help="limit run: shards of prefetch room beside its window (default 1)"
+    )
     parser.add_argument("--fetch-concurrency", type=int, default=None, help="StorageConfig.fetch_concurrency")
     parser.add_argument("--prefetch-shards", type=int, default=None, help="StorageConfig.prefetch_shards")
     parser.add_argument("--profile", type=Path, default=None, help="cProfile datasetrt's first cold in-process epoch")
@@ -504,17 +507,18 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def limit_plan(stored: list[tuple[str, int]], fraction: float) -> tuple[int, int]:
+def limit_plan(stored: list[tuple[str, int]], fraction: float, spare: int = 1) -> tuple[int, int]:
     """(cache_limit_bytes, window_shards) of the limited datasetrt run: `fraction` of the stored
-    bytes, and the largest window the disk bound (datasetrt/dataset/remote.py) accepts under it
-    (small files + (W + 1) x the largest shard); the limit is raised to fit W = 1 if it must."""
+    bytes, and the largest window the disk bound (datasetrt/dataset/remote.py: small files +
+    (W + 1) x the largest shard) accepts with room for `spare` shards of prefetch beside it; the
+    limit is raised to fit W = 1 if it must."""
     shards = [s for k, s in stored if "/shards/" in k]
     small = sum(s for k, s in stored if "/shards/" not in k)
     largest = max(shards)
     limit = int(sum(s for _, s in stored) * fraction)
-    window = (limit - small) // largest - 1
+    window = (limit - small) // largest - 1 - spare
     if window < 1:
-        window, limit = 1, small + 2 * largest
+        window, limit = 1, small + (2 + spare) * largest
     return limit, window
 
 
@@ -657,7 +661,7 @@ def bench(args: argparse.Namespace) -> tuple[list[dict], list[dict], dict, list[
                 k: {kk: vv for kk, vv in v.items() if kk not in ("keys", "sizes")} for k, v in stores.items()
             }
             shard_keys = [k for k in stores[OURS]["keys"] if "/shards/" in k]
-            limit_bytes, limit_window = limit_plan(stores[OURS]["sizes"], limit_fraction)
+            limit_bytes, limit_window = limit_plan(stores[OURS]["sizes"], limit_fraction, args.limit_spare)
             facts["limit"] = {"bytes": limit_bytes, "window_shards": limit_window, "fraction": limit_fraction}
             proxy.latency_s = args.latency_ms / 1000.0 if link else 0.0
             link_dev = link.host_dev if link else None

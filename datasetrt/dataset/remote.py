@@ -21,10 +21,10 @@ fit. Space that others take after the open is the download's to report (`DiskFul
 the object's URL, its partial removed).
 
 The prefetch look-ahead under a limit takes only the room the order leaves: the limit holds
-`(limit - small files) // largest shard` shards, the order keeps its window of them in use
-(`window_shards` for locality, one for an ordered read), and the look-ahead gets the rest, so
-prefetching never evicts a shard the read still needs (when the whole dataset fits, it is not
-limited). With no limit and every shard already on the node (a warm epoch) a read starts no
+`(limit - small files) // largest shard` shards, the order keeps as many in use as its need
+above counts (`window_shards + 1` for locality, two for an ordered read), and the look-ahead gets
+the rest, none when nothing is left, so prefetching never evicts a shard the read still needs
+(when the whole dataset fits, it is not limited). With no limit and every shard already on the node (a warm epoch) a read starts no
 prefetcher.
 """
 
@@ -155,8 +155,14 @@ def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None) -> i
         if config is None:
             ahead = min(ahead, room // 2)
         else:
+            # what the order holds at once by the disk bound: two shards of an ordered read, a
+            # locality window plus the next window's first shard
             in_use = (
-                1 if not config.shuffle else config.window_shards if config.sampling == "locality" else len(shard_sizes)
+                2
+                if not config.shuffle
+                else config.window_shards + 1
+                if config.sampling == "locality"
+                else len(shard_sizes)
             )
             ahead = min(ahead, max(0, room - in_use))
     node = _node_cache(remote)

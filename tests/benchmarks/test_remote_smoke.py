@@ -72,8 +72,9 @@ def test_the_limited_run_takes_the_largest_window_the_disk_bound_accepts() -> No
     from benchmarks.remote import limit_plan
 
     stored = [("drt/manifest.json", 100), ("drt/index.bin", 200)] + [(f"drt/shards/{i}.bin", 100) for i in range(40)]
-    assert limit_plan(stored, 0.25) == (1075, 6)  # small 300 + (6 + 1) x 100 <= 1075
-    assert limit_plan(stored, 0.05) == (500, 1)  # too small for any window: raised to fit one
+    assert limit_plan(stored, 0.25) == (1075, 5)  # small 300 + (5 + 1 + 1 spare) x 100 <= 1075
+    assert limit_plan(stored, 0.25, spare=0) == (1075, 6)
+    assert limit_plan(stored, 0.05) == (600, 1)  # too small for any window: raised to fit one and its spare
 
 
 def test_missing_peer_venv_is_a_reason(tmp_path: Path) -> None:

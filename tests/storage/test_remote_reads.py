@@ -63,11 +63,12 @@ def test_under_a_limit_the_look_ahead_leaves_the_window_its_room_and_each_shard_
     shard_sizes, small = sizes(url, s3_proxy, tmp_path)
     assert len(shard_sizes) >= 8
     largest = max(shard_sizes)
-    limit = small + 5 * largest  # room for 5 shards: a window of 2, a look-ahead of 3
+    limit = small + 5 * largest  # room for 5 shards: a window of 2 and the next one's first, a look-ahead of 2
     cfg = locality(s3_proxy, tmp_path, 2, cache_limit_bytes=limit)
     ds = drt.CachedDataset([url], reader_config=cfg)
-    assert remote.look_ahead(ds._handles, cfg) == 3
-    assert remote.look_ahead(ds._handles, cfg.model_copy(update={"shuffle": False})) == 4  # an ordered read
+    assert remote.look_ahead(ds._handles, cfg) == 2
+    assert remote.look_ahead(ds._handles, cfg.model_copy(update={"shuffle": False})) == 3  # an ordered read: 2 in use
+    assert remote.look_ahead(ds._handles, cfg.model_copy(update={"window_shards": 4})) == 0  # the bound's need exactly
     s3_proxy.reset()
     assert sum(len(b) for b in ds.iter_batches(10)) == SAMPLES
     gets = shard_gets(s3_proxy)
