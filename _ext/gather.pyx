@@ -15,7 +15,8 @@ the cache has a checksum sidecar) before any of its bytes are interpreted.
 One path per record, shared by both kernels, each step a `noexcept nogil` helper that either
 succeeds or fills a `FaultInfo` and stops the loop:
   _locate        the index entry: sample range, shard id, bounds within the shard, open shard
-  _read_run      one pread of the run of neighbouring records from there (in place or staged)
+  _read_run      one pread of the run of neighbouring records from there (in place, or staged
+                 when the first record's stored bytes fit in what is left of the output)
   _check_record  XXH3-64 against the sidecar, JSON length, JSON UTF-8
   _payload_size  the codec's declared decoded size, bounded by the shard's uncompressed_byte_len
   _decode        the codec's decode into the output (a codec with per-cache state gets its cache's)
@@ -426,7 +427,10 @@ def gather(
     Row i's embedded JSON is out[json_off[i] : +json_len[i]] and its decoded payload
     out[data_off[i] : +data_len[i]] (the four int64 outputs have at least n entries; offsets
     relative to `out`). Returns (rows_done, out_used, need_bytes): need_bytes > 0 only when row
-    rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it).
+    rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it):
+    its stored size, before it is read, or its decoded size as its codec declares it, before
+    anything is decoded. So nothing is staged or decoded that `out` could not hold, and the
+    caller checks a need against its memory limit before it allocates anything for it.
     O(rows + bytes). Records that lie back to back in one shard (ordered reads) are fetched with
     one pread per run: an uncompressed run straight into `out` (up to the rest of `out`, the
     record then already in its layout), a compressed one staged in `scratch` (at most
@@ -467,6 +471,10 @@ def gather(
                         break
                     if _read_run(t, &rows, i, &r, base + pos, cap - pos, &scratch.staging, &run, &f) != 0:
                         break
+                elif r.rec_len > cap - pos:  # staged only once its stored bytes fit in what is left of `out`
+                    need = r.rec_len
+                    f.code = F_OUT_FULL
+                    break
                 elif _read_run(t, &rows, i, &r, NULL, max(r.rec_len, <uint64_t>SPAN_MAX_BYTES), &scratch.staging, &run,
                                &f) != 0:
                     break
@@ -532,8 +540,8 @@ def gather_batch(
     other check is `gather`'s, made by the same helpers.
 
     Returns (rows_done, payload_end, json_bottom, need_bytes): rows_done < n when `out` is full,
-    and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept) does not fit in
-    what is left. O(rows + bytes).
+    and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept; its stored size
+    when it would be staged first) does not fit in what is left. O(rows + bytes).
 
     Uncompressed records, JSON dropped: a run of neighbouring records (at most INPLACE_SPAN_BYTES,
     or one record when that is larger) is read with one pread straight into `out` at the write
@@ -582,6 +590,10 @@ def gather_batch(
                     if _read_run(t, &rows, i, &r, base + pos, min(json_top - pos, max(<uint64_t>INPLACE_SPAN_BYTES,
                                  r.rec_len)), &scratch.staging, &run, &f) != 0:
                         break
+                elif r.rec_len > json_top - pos:  # staged only once its stored bytes fit in what is left of `out`
+                    need = r.rec_len
+                    f.code = F_OUT_FULL
+                    break
                 elif _read_run(t, &rows, i, &r, NULL, r.rec_len if in_place else max(r.rec_len, <uint64_t>SPAN_MAX_BYTES),
                                &scratch.staging, &run, &f) != 0:
                     break

@@ -47,6 +47,7 @@ from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.remote import Storage
 from datasetrt.format.results import Err, Ok
+from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.sampling import orders, populations
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
@@ -121,7 +122,12 @@ class CachedDataset:
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
         storage = Storage.of(reader_config.storage) if any(isinstance(p, str) for p in self.cache_paths) else None
-        self._handles = [CacheHandle.open(p, storage) for p in self.cache_paths]
+        # Decoding metadata.arrow is bounded by the reader's memory limit (format/reader.py).
+        limit = reader_config.memory_limit_bytes or default_memory_limit_bytes()
+        self._handles = [
+            CacheHandle.open(p, storage, external_links=reader_config.allow_external_links, memory_limit_bytes=limit)
+            for p in self.cache_paths
+        ]
         if reader_config.validate_cache:
             for handle in self._handles:
                 handle.validate_deep()
