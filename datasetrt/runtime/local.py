@@ -310,7 +310,7 @@ def read_packed(
     small (compressed payloads larger than planned) is replaced by a larger one, up to the
     reader's memory limit, and the batch gathered again. The arrays are the batch's own."""
     n = len(cache_pos)
-    out = buffers.take(shape.buffer_bytes(n))
+    out = buffers.take(min(shape.buffer_bytes(n), reader.memory_limit_bytes))
     offsets = np.empty(n + 1, dtype=np.int64)
     json_off, json_len = (
         (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if shape.keep_json else (_NO_JSON, _NO_JSON)
