@@ -4,8 +4,9 @@ Boundary: files of one cache directory -> `CacheHandle`. Imports numpy, hashlib 
 inside the functions that need them (reader workers open caches without them). No tables beyond the raw pyarrow batch
 of metadata.arrow, no sampling, no processes.
 
-Open cost (default): one manifest read + parse and a handful of stat() calls; no payload, index
-or metadata bytes are read. A zstd_dict cache adds one read and sha256 of its dictionary file
+Open cost (default): one manifest read + parse, one lstat() per file (format/files.py: each must
+be a regular file, a link inside the cache) and one realpath() of the directory; no payload,
+index or metadata bytes are read. A zstd_dict cache adds one read and sha256 of its dictionary file
 (at most 1 MiB, 64 KiB by default), so a missing, altered or foreign dictionary is refused at open.
 `validate_deep()` adds the sha256 of every file, an eager decode of metadata.arrow against the
 manifest schema, the dictionary loaded by the codec library, and a vectorised check of every index
@@ -50,7 +51,7 @@ def _stat(path: str) -> os.stat_result:
         raise CacheIOError.from_os(exc, path) from None
 
 
-def default_memory_limit_bytes() -> int:
+def _fallback_limit_bytes() -> int:
     """The bound of a handle opened without one: half of physical memory (the dataset passes the
     reader's `memory_limit_bytes`, or runtime/memory.py's default, which also knows cgroups)."""
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
@@ -304,7 +305,7 @@ class CacheHandle:
 
         arrow_kind = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
         string_types = (pa.string(), pa.large_string(), pa.string_view())
-        limit = self.memory_limit_bytes or default_memory_limit_bytes()
+        limit = self.memory_limit_bytes or _fallback_limit_bytes()
         path = self._local(METADATA_NAME, None, self.manifest.metadata_sha256)
         data = self._read_metadata_file(path, limit)
         if len(data) < 10 or data[:6] != b"ARROW1":
