@@ -50,23 +50,28 @@ _EXPORTS = {
     "BatchLoaderDataset": "batches",
 }
 _TORCH_FREE = {"plan", "options", None}
-MISSING_TORCH = (
-    "CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
-    "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
-    "pip install 'datasetrt[torch]'"
-)
+_DATASET_METHODS = {"to_torch_iterable_dataset", "to_torch_dataloader", "to_torch_batches"}
+INSTALL_TORCH = "pip install 'datasetrt[torch]'"
+
+
+def missing_torch(feature: str) -> str:
+    """The message of a torch feature used without torch: "<feature> requires PyTorch to be
+    installed: pip install 'datasetrt[torch]'" (dataset-rt's wording, naming the feature asked for)."""
+    return f"{feature} requires PyTorch to be installed: {INSTALL_TORCH}"
+
 
 __all__ = sorted(_EXPORTS)
 
 
-def require_torch() -> None:
-    """Raise `MissingExtraError(MISSING_TORCH)` (an ImportError) when torch.utils.data cannot be imported."""
+def require_torch(feature: str = "datasetrt.integrations.torch") -> None:
+    """Raise `MissingExtraError(missing_torch(feature))` (an ImportError) when torch.utils.data
+    cannot be imported."""
     try:
         import torch.utils.data  # noqa: F401
     except ImportError as exc:
         from datasetrt.errors import MissingExtraError
 
-        raise MissingExtraError(MISSING_TORCH) from exc
+        raise MissingExtraError(missing_torch(feature)) from exc
 
 
 def __getattr__(name: str) -> Any:
@@ -74,7 +79,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = _EXPORTS[name]
     if module not in _TORCH_FREE:
-        require_torch()
+        require_torch(f"CachedDataset.{name}" if name in _DATASET_METHODS else f"{__name__}.{name}")
     if module is None:
         from datasetrt.errors import LoaderStateError
 
