@@ -2,11 +2,12 @@
 
 Boundary: duck-typed on the dataset's public `with_format("arrow").iter(batch_size)` (so this
 module never imports `datasets`, which the `hf` extra installs); no cache format, no processes.
+A mapping of splits (`DatasetDict`) is refused when the source is built, naming its splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -30,7 +31,14 @@ class HFDatasetSource(BatchSource):
 
     def __init__(self, name: str, dataset: Any, *, batch_rows: int | None = None, **columns: Any) -> None:
         super().__init__(name, **columns)
-        if not hasattr(dataset, "with_format"):
+        if isinstance(dataset, Mapping):  # DatasetDict / IterableDatasetDict: one dataset per split
+            splits = list(dataset)
+            pick = f"dataset[{splits[0]!r}]" if splits else "one split"
+            raise ArgumentTypeError(
+                f"dataset must be a datasets.Dataset or IterableDataset, got a {type(dataset).__name__} "
+                f"of splits {splits}: pass one split, e.g. {pick}, or one source per split"
+            )
+        if not (hasattr(dataset, "with_format") and hasattr(dataset, "iter")):
             raise ArgumentTypeError(
                 f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}"
             )
