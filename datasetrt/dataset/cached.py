@@ -20,11 +20,13 @@ public method with its docstring and argument checks); the work behind them live
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from datasetrt.integrations.torch.batches import DatasetRTBatchLoader
     from datasetrt.integrations.torch.iterable import CachedIterableDataset
     from datasetrt.integrations.torch.loader import DatasetRTDataLoader
+    from datasetrt.integrations.torch.mapped import CachedMapDataset
 
 
 def _check_seed(seed: Any) -> int:
@@ -428,6 +431,50 @@ class CachedDataset:
             raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
         return self._reads.sample(pos, sample_id)
 
+    # -- random access in the active table's order (docs/python-api.md, "Random access") ----------
+
+    @overload
+    def __getitem__(self, index: int) -> CachedSample: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[CachedSample]: ...
+    def __getitem__(self, index: int | slice) -> CachedSample | list[CachedSample]:
+        """Row `index` of the active table, in its order (`get_metadata()`'s rows: every sample of
+        the caches in path order until `update_metadata`; a duplicated row is two rows), with
+        Python's indexing: -1 is the last row, and an index outside [-rows, rows) raises
+        `SampleIndexError` (an IndexError) naming it and the row count. A slice gives a list of
+        its rows in slice order. Read in this process, through this thread's reader; ignores the
+        sampling order, weights and `len()` (the epoch length); moves no cursor. O(k) for k rows."""
+        population = self._population
+        rows = len(population)
+        if isinstance(index, slice):
+            return list(self.read_rows(np.arange(*index.indices(rows), dtype=np.int64), population=population))
+        if isinstance(index, bool):
+            raise ArgumentTypeError(f"dataset indices must be integers or slices, not {type(index).__name__}")
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise ArgumentTypeError(f"dataset indices must be integers or slices, not {type(index).__name__}") from None
+        if not -rows <= i < rows:
+            raise SampleIndexError(f"row {i} is out of range for the active table's {rows} rows")
+        [sample] = self.read_rows(np.array([i % rows], dtype=np.int64), population=population)
+        return sample
+
+    def read_rows(
+        self,
+        rows: np.ndarray,
+        transform: Callable[[CachedSample], Any] | None = None,
+        *,
+        population: Population | None = None,
+        check_embedded: bool | None = None,
+    ) -> Iterator[Any]:
+        """The samples of `population`'s (default: the current one's) rows `rows` (int64 indexes
+        into its rows, each in range: the caller checks), in that order, each through `transform`,
+        read in this process by this thread's reader (the integration seam's random access).
+        `check_embedded` as in `read_window`."""
+        population = self._population if population is None else population
+        picked = _Rows(population, np.ascontiguousarray(rows, dtype=np.int64))
+        return self._reads.samples(picked, transform, in_process=True, check_embedded=check_embedded)
+
     def _max_record_bytes(self) -> int:
         """Record size the worker ring is planned for (`runtime.run.planned_record_bytes`, cached)."""
         return self._reads.max_record_bytes
@@ -621,6 +668,16 @@ class CachedDataset:
 
         return to_torch_iterable_dataset(self)
 
+    def to_torch_map_dataset(self, sample_transform_fn: Callable | None = None) -> CachedMapDataset:
+        """A map-style `torch.utils.data.Dataset` over the active table's rows as they are now
+        (`dataset[i]` is `self[i]` through `sample_transform_fn`; `len()` the row count), for a
+        DataLoader with your own sampler or batch sampler; reads in the process that indexes it
+        (each DataLoader worker, fork or spawn) and batches of indexes at once (`__getitems__`)
+        (docs/pytorch.md)."""
+        from datasetrt.integrations.torch import to_torch_map_dataset
+
+        return to_torch_map_dataset(self, sample_transform_fn)
+
     def to_torch_dataloader(
         self,
         *,
@@ -729,3 +786,19 @@ class CachedDataset:
             persistent_workers=persistent_workers,
             work_dir=work_dir,
         )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Given rows of a population as the readers take a window: `length` positions whose rows are
+    `picked` (int64 indexes into `population`'s rows), in order."""
+
+    population: Population
+    picked: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return len(self.picked)
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        return self.picked[first : first + count]

@@ -18,7 +18,8 @@ Modules (names are exported here lazily, so importing the package, or `plan`, ne
 - `options`: `to_torch_dataloader`'s checks and "auto" values; `loader`: `DatasetRTDataLoader`,
   `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared;
 - `batches`: `to_torch_batches`, the loader's plan read as whole typed batches (one dict of
-  tensors per item) gathered in the workers straight into shared-memory tensors.
+  tensors per item) gathered in the workers straight into shared-memory tensors;
+- `mapped`: `CachedMapDataset`, a map-style dataset over the active table for your own sampler.
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ _EXPORTS = {
     "RankShare": "plan",
     "LoaderStateError": None,
     "to_torch_batches": "batches",
+    "to_torch_map_dataset": "mapped",
+    "CachedMapDataset": "mapped",
     "DatasetRTBatchLoader": "batches",
     "BatchLoaderDataset": "batches",
 }
 _TORCH_FREE = {"plan", "options", None}
-_DATASET_METHODS = {"to_torch_iterable_dataset", "to_torch_dataloader", "to_torch_batches"}
+_DATASET_METHODS = {"to_torch_iterable_dataset", "to_torch_dataloader", "to_torch_batches", "to_torch_map_dataset"}
 INSTALL_TORCH = "pip install 'datasetrt[torch]'"
 
 
