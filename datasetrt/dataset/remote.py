@@ -14,19 +14,26 @@ Under a node-cache limit (`StorageConfig.cache_limit_bytes`) the order decides h
 - any other shuffled order touches every shard throughout an epoch, so all of them must fit
   (below that every epoch would download the dataset many times over).
 A dataset whose order cannot fit is refused at open with `DiskLimitError` naming the need, the
-limit and the order that would fit, rather than thrashing the node cache for a whole epoch.
+limit and the order that would fit, rather than thrashing the node cache for a whole epoch. The
+same need is checked against the node cache's file system (its free bytes plus what the cache
+already holds, which it can evict): `DiskFullError` naming the cache directory when it cannot
+fit. Space that others take after the open is the download's to report (`DiskFullError` naming
+the object's URL, its partial removed).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator, Sequence, Sized
 from typing import Any, Generic, TypeVar
 
-from datasetrt.errors import DiskLimitError
+from datasetrt.errors import DiskFullError, DiskLimitError
+from datasetrt.format.layout import MANIFEST_NAME
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.local import Chunk
 from datasetrt.runtime.prefetch import ShardPrefetcher
+from datasetrt.storage.node_cache import NodeCache
 from datasetrt.values.config import ReaderConfig
 
 _T = TypeVar("_T", bound=Sized)
@@ -37,8 +44,10 @@ def _remote(handles: Sequence[CacheHandle]) -> list[CacheHandle]:
 
 
 def _small_bytes(handle: CacheHandle) -> int:
+    """Bytes a remote cache keeps in its mirror for the dataset's life: the manifest and the small files."""
     total = 0
-    for name, size, _sha256 in small_files(handle.manifest):
+    files = [(MANIFEST_NAME, None, ""), *small_files(handle.manifest)]
+    for name, size, _sha256 in files:
         if size is None:
             try:
                 size = (handle.path / name).stat().st_size
@@ -49,19 +58,15 @@ def _small_bytes(handle: CacheHandle) -> int:
 
 
 def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> None:
-    """Refuse a dataset whose read order cannot fit the node cache's limit (module docstring)."""
+    """Refuse a dataset whose read order cannot fit the node cache's limit (`DiskLimitError`) or
+    its file system (`DiskFullError`, counting what the node cache holds as room; module docstring)."""
     remote = _remote(handles)
     if not remote:
-        return
-    limit = config.storage.cache_limit_bytes
-    if limit is None:
         return
     shard_sizes = [s.byte_len for h in remote for s in h.manifest.shards]
     largest = max(shard_sizes, default=0)
     resident = sum(_small_bytes(h) for h in remote)
     everything = resident + sum(shard_sizes)
-    if everything <= limit:
-        return
     if not config.shuffle:
         need, order = resident + 2 * largest, "an ordered read (shuffle=False)"
     elif config.sampling == "locality":
@@ -69,25 +74,46 @@ def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> No
         order = f'sampling="locality" with window_shards={config.window_shards}'
     else:
         need, order = everything, f'a shuffled read with sampling="{config.sampling}"'
-    if need <= limit:
-        return
-    hint = (
-        'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
-        if config.shuffle and config.sampling != "locality"
-        else "lower window_shards or raise cache_limit_bytes"
-    )
-    raise DiskLimitError(
-        f"the node-local cache limit of {limit} bytes (StorageConfig.cache_limit_bytes) cannot hold what "
+    need = min(need, everything)
+    what = (
         f"{order} over {remote[0].source}{' and others' if len(remote) > 1 else ''} needs at once: "
-        f"{need} bytes (small files {resident} + shards of up to {largest} bytes); {hint}",
-        limit_bytes=limit,
-        need_bytes=need,
+        f"{need} bytes (small files {resident} + shards of up to {largest} bytes)"
     )
+    limit = config.storage.cache_limit_bytes
+    if limit is not None and need > limit:
+        hint = (
+            'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
+            if config.shuffle and config.sampling != "locality"
+            else "lower window_shards or raise cache_limit_bytes"
+        )
+        raise DiskLimitError(
+            f"the node-local cache limit of {limit} bytes (StorageConfig.cache_limit_bytes) cannot hold what "
+            f"{what}; {hint}",
+            limit_bytes=limit,
+            need_bytes=need,
+        )
+    node = _node_cache(remote)
+    free = node.free_bytes()
+    if need > free and need > (capacity := free + node.usage_bytes()):
+        raise DiskFullError.from_os(
+            errno.ENOSPC,
+            node.root,
+            f"the file system of the node-local cache can hold at most {capacity} bytes ({free} free plus the "
+            f"{capacity - free} the cache holds), less than what {what}; use a larger cache_dir"
+            + (' or sampling="locality"' if config.shuffle and config.sampling != "locality" else ""),
+        )
+
+
+def _node_cache(remote: Sequence[CacheHandle]) -> NodeCache:
+    first = remote[0].remote
+    assert first is not None  # _remote keeps the handles that have one
+    return first.storage.node_cache()
 
 
 def prefetcher(handles: Sequence[CacheHandle], window: Any) -> ShardPrefetcher | None:
     """The prefetcher of one read of `window`, or None (no remote cache, prefetch off, empty).
-    Under a node-cache limit the look-ahead holds at most half of it."""
+    The look-ahead holds at most half of what the node cache's limit, and its file system's room,
+    leave beside the dataset's small files (pinned while it is open)."""
     remote = _remote(handles)
     if not remote or window.length == 0:
         return None
@@ -95,9 +121,13 @@ def prefetcher(handles: Sequence[CacheHandle], window: Any) -> ShardPrefetcher |
     assert first is not None  # _remote keeps the handles that have one
     storage = first.storage
     ahead = storage.prefetch_shards
+    largest = max(1, max((s.byte_len for h in remote for s in h.manifest.shards), default=1))
+    resident = sum(_small_bytes(h) for h in remote)  # pinned while the dataset is open
     if storage.limit_bytes is not None:
-        largest = max((s.byte_len for h in remote for s in h.manifest.shards), default=1)
-        ahead = min(ahead, storage.limit_bytes // (2 * max(1, largest)))
+        ahead = min(ahead, max(0, storage.limit_bytes - resident) // (2 * largest))
+    node = _node_cache(remote)
+    if ahead > 0 and node.free_bytes() < 2 * ahead * largest:  # a small disk: walk the cache only then
+        ahead = min(ahead, max(0, node.capacity_bytes() - resident) // (2 * largest))
     if ahead <= 0:
         return None
     return ShardPrefetcher(handles, window, lookahead=ahead, concurrency=storage.fetch_concurrency)

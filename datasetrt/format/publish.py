@@ -26,6 +26,7 @@ from pathlib import Path
 from datasetrt.errors import CacheIOError, SourceError, os_error_text
 from datasetrt.format.durable import SYNCFS_REPORTS_ERRORS, fsync_path, fsync_paths, rename_noreplace, syncfs
 from datasetrt.format.layout import STAGING_DIR
+from datasetrt.format.overwrite import publish_over
 from datasetrt.format.profile import StageProfile
 from datasetrt.format.results import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 
@@ -198,7 +199,8 @@ class Publisher:
       4. release the staging locks (held since staging, so no writer of the same name takes a
          waiting staging dir for stale).
     A sync error fails every cache of the batch (I/O error value); a target created meanwhile
-    fails that cache alone ("cache path already exists"). Results are filled into `results`
+    fails that cache alone ("cache path already exists"), unless `if_exists` says otherwise
+    (format/overwrite.py: keep an identical cache, or exchange). Results are filled into `results`
     (position -> CacheWriteResult) as batches publish. Holds one lock fd per waiting cache.
     """
 
@@ -208,9 +210,10 @@ class Publisher:
     # caches (one large cache, the tail of a write) fsyncs its own files instead.
     SYNCFS_MIN_CACHES = 16
 
-    def __init__(self, base: Path, results: list) -> None:
+    def __init__(self, base: Path, results: list, if_exists: str = "error") -> None:
         self.base = base
         self.results = results
+        self.if_exists = if_exists
         self.pending: list[tuple[int, Staged]] = []
         self.pending_bytes = 0
         self._base_fd: int | None = None  # <base>, opened before the batch's first write (for syncfs)
@@ -253,9 +256,10 @@ class Publisher:
                 try:
                     rename_noreplace(staged.staging.path, staged.target)
                 except FileExistsError:
-                    result: CacheWriteResult = CacheWriteError(
-                        staged.name, f"cache path already exists: {staged.target.absolute()}"
+                    result: CacheWriteResult = publish_over(
+                        staged.staging.path, staged.target, staged.name, self.if_exists
                     )
+                    published = published or isinstance(result, CacheWriteSuccess)
                 except OSError as exc:
                     result = CacheWriteError(staged.name, io_error_message(exc))
                 else:

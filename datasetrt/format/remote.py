@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,8 +136,11 @@ def small_files(manifest: Manifest) -> list[tuple[str, int | None, str]]:
 def open_remote(location: RemoteLocation, storage: Storage) -> RemoteCache:
     """Mirror the cache at `location` on this node: fetch its manifest (every time: it decides the
     mirror), then every small file the mirror lacks; shards stay remote until a read needs them.
-    `MissingManifestError` naming the URL when there is no manifest (an unpublished or absent
-    cache); the storage layer's typed errors (access denied, unreachable) otherwise."""
+    The manifest and the small files are pinned in the node cache while the returned
+    `RemoteCache` lives (readers map and stat them for as long as the cache is open, so evicting
+    them to make room for shards would break the open cache). `MissingManifestError` naming the
+    URL when there is no manifest (an unpublished or absent cache); the storage layer's typed
+    errors (access denied, unreachable) otherwise."""
     store = storage.store(location)
     try:
         raw = store.get(MANIFEST_NAME, max_bytes=MANIFEST_MAX_BYTES)
@@ -145,10 +149,22 @@ def open_remote(location: RemoteLocation, storage: Storage) -> RemoteCache:
     manifest = parse_manifest(raw, location.url_of(MANIFEST_NAME))
     version = hashlib.sha256(raw).hexdigest()
     mirror = storage.node_cache().mirror(store, version=version)
-    if not mirror.has(MANIFEST_NAME, len(raw)):
-        mirror.install(MANIFEST_NAME, raw, sha256=version)
-    for name, size, sha256 in small_files(manifest):
-        if not mirror.has(name, size):
+    pinned: list[str] = []
+    try:
+        mirror.install(MANIFEST_NAME, raw, sha256=version, pin=True)
+        pinned.append(MANIFEST_NAME)
+        for name, size, sha256 in small_files(manifest):
             bound = DEFAULT_SMALL_MAX_BYTES if size is not None else METADATA_MAX_BYTES
-            mirror.ensure(name, size=size, sha256=sha256, max_bytes=bound)
-    return RemoteCache(location, storage, version, str(mirror.dir))
+            mirror.ensure(name, size=size, sha256=sha256, max_bytes=bound, pin=True)
+            pinned.append(name)
+    except BaseException:
+        _unpin(mirror, pinned)
+        raise
+    remote = RemoteCache(location, storage, version, str(mirror.dir))
+    weakref.finalize(remote, _unpin, mirror, pinned)
+    return remote
+
+
+def _unpin(mirror: Mirror, names: list[str]) -> None:
+    for name in names:
+        mirror.unpin(name)

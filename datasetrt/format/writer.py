@@ -117,16 +117,19 @@ class SourceWriter:
     KeyboardInterrupt and SystemExit propagate after the staging dir is removed.
     """
 
-    def __init__(self, base: Path, config: WriterConfig, pool: Executor | None, progress: Any) -> None:
+    def __init__(
+        self, base: Path, config: WriterConfig, pool: Executor | None, progress: Any, if_exists: str = "error"
+    ) -> None:
         self.base = base
         self.config = config
         self.pool = pool
         self.progress = progress
+        self.if_exists = if_exists  # format/overwrite.py: other than "error", a taken name is staged too
 
     def stage(self, source: Any, name: str, profile: StageProfile) -> CacheWriteError | Staged:
         target = self.base / name
         staging = Staging(self.base, name)
-        if os.path.lexists(target):
+        if self.if_exists == "error" and os.path.lexists(target):
             staging.drop_if_stale()
             return CacheWriteError(name, f"cache path already exists: {target.absolute()}")
         try:
@@ -215,13 +218,15 @@ def write_sources(
     reuse_existing: bool = False,
     check_reused: Any = None,
     profiles: list[tuple[str, StageProfile]] | None = None,
+    if_exists: str = "error",
 ) -> tuple[list[CacheWriteResult], list[tuple[str, StageProfile]]]:
     """Write each source in order; per-source failures are values and later sources continue.
 
     `check_reused(name, path) -> str | None` validates an existing cache when `reuse_existing`
     (None = fine, else the error message). `profiles`, when given, is filled in place as each
     source starts (so a caller still has the finished and the interrupted sources' profiles
-    when KeyboardInterrupt/SystemExit propagates) and is the list returned.
+    when KeyboardInterrupt/SystemExit propagates) and is the list returned. `if_exists` is what
+    a source whose name is taken does (format/overwrite.py; "error" is dataset-rt's).
     """
     if profiles is None:
         profiles = []
@@ -238,9 +243,9 @@ def write_sources(
     except OSError as exc:  # e.g. permission denied on base or a parent: every source fails alike
         msg = str(CacheIOError.from_os(exc, base))
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
-    writer = SourceWriter(base, config, pool, progress)
+    writer = SourceWriter(base, config, pool, progress, if_exists)
     results: list[CacheWriteResult | None] = []
-    publisher = Publisher(base, results)
+    publisher = Publisher(base, results, if_exists)
     try:
         for position, source in enumerate(sources):
             label, problem = source_label(source, position, base)

@@ -13,7 +13,9 @@ at least 16 and at most 4096: the other half is headroom for the rest of the pro
 and sidecar files cost no descriptor: they are mapped and their descriptor closed at once
 (`MappedFile`).
 
-Granularity: a cache's shards are opened and closed together (`open_block`). When opening needs
+Granularity: a cache's shards are opened and closed together (`open_block`), but for a cache whose
+shards arrive on demand (a remote cache's mirror), which open one by one as they are fetched
+(`open_fetched`) and may be closed one by one (`close_fetched`). When opening needs
 room, the least recently used caches of any reader in the process are closed first: readers in
 the order they last gathered, and within a reader its caches in the order they last served a
 block that needed opening. Never closed: a cache a gather is using right now (`open_block` pins
@@ -45,7 +47,7 @@ import resource
 import threading
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from datasetrt.errors import CacheIOError
 
@@ -250,6 +252,30 @@ class DescriptorBudget:
                 reader.fds[s] = fd
                 reader.open_fds += 1
                 self._open += 1
+            finally:
+                self._drain_pending()
+
+    def close_fetched(self, reader: ShardDescriptors, keep: Container[tuple[int, int]]) -> int:
+        """Close the open shards of `reader`'s fetched-on-demand caches but those in `keep`
+        ((cache, shard) pairs); returns how many. The node cache may evict such a file, and an
+        open descriptor would keep an evicted file's space in use; a block that needs it again
+        has it fetched (or found) and opened again. O(shards of the reader's open fetched caches)."""
+        with self._lock:
+            try:
+                closed = 0
+                for k in reader.lru:
+                    if not reader.fetched[k]:
+                        continue
+                    base = reader.base[k]
+                    for j in range(reader.count[k]):
+                        fd = reader.fds[base + j]
+                        if fd >= 0 and (k, j) not in keep:
+                            reader.fds[base + j] = -1
+                            os.close(fd)
+                            closed += 1
+                reader.open_fds -= closed
+                self._open -= closed
+                return closed
             finally:
                 self._drain_pending()
 

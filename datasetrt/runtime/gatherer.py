@@ -27,11 +27,26 @@ from datasetrt._native import gather as native
 from datasetrt._native.table import CacheTable
 from datasetrt.errors import CacheIOError
 from datasetrt.format.reader import CacheHandle
+from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
 from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+
+
+def _node_cache_tight(handles: Sequence[CacheHandle]) -> bool:
+    """Whether the node cache holding these remote caches cannot hold all their files at once
+    (its limit, or its file system's room), so their shards are evicted while they are read."""
+    remote = [h.remote for h in handles if h.remote is not None]
+    if not remote:
+        return False
+    need = sum(s.byte_len for h in handles if h.remote is not None for s in h.manifest.shards)
+    need += sum(size or 0 for h in handles if h.remote is not None for _n, size, _s in small_files(h.manifest))
+    node = remote[0].storage.node_cache()
+    if node.limit_bytes is not None and need > node.limit_bytes:
+        return True
+    return need > node.free_bytes() and need > node.capacity_bytes()  # walk the cache only on a small disk
 
 
 class Gatherer:
@@ -55,6 +70,9 @@ class Gatherer:
         remote = [h.remote is not None for h in self.handles]
         self.shards = self.budget.register(ShardDescriptors(shard_paths, remote))
         self._remote = remote if any(remote) else None
+        # Remote caches the node cache cannot hold whole: their shard files get evicted while the
+        # read goes on, so this reader keeps open only the shards of its current block.
+        self._tight = self._remote is not None and _node_cache_tight(self.handles)
         self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
         shards = [s for h in self.handles for s in h.manifest.shards]
         self.table = CacheTable(
@@ -92,6 +110,7 @@ class Gatherer:
         remote, fds, base = self._remote, self.shards.fds, self.shards.base
         assert remote is not None
         wanted: dict[tuple[int, int], None] = {}
+        needed: set[tuple[int, int]] = set()
         for k, sid in zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist()):
             if not remote[k]:
                 continue
@@ -99,8 +118,14 @@ class Gatherer:
             if words is None:
                 words = self._index_words[k] = memoryview(self.handles[k].index_map()).cast("B").cast("Q")
             j = words[3 * sid] if 0 <= sid < len(words) // 3 else -1
-            if 0 <= j < self.shards.count[k] and fds[base[k] + j] < 0:
-                wanted[(k, j)] = None  # out-of-range rows are the gather's to refuse
+            if 0 <= j < self.shards.count[k]:  # out-of-range rows are the gather's to refuse
+                needed.add((k, j))
+                if fds[base[k] + j] < 0:
+                    wanted[(k, j)] = None
+        if wanted and self._tight:
+            # An evicted file stays on disk while a descriptor holds it: before fetching (which
+            # may evict), let go of the shards this block does not read.
+            self.budget.close_fetched(self.shards, needed)
         for k, j in wanted:
             self.handles[k].shard_path(j)
             self.budget.open_fetched(self.shards, k, j)

@@ -150,6 +150,9 @@ class TaskFailed:
     traceback: str
     io_errno: int | None = None  # CacheIOError.errno (None for other errors, or no OS error)
     io_path: str | None = None  # CacheIOError.path
+    store_url: str | None = None  # StorageError.url (None for other errors)
+    store_operation: str | None = None  # StorageError.operation
+    store_status: int | None = None  # StorageError.status
 
 
 def _pickle_as_constructor_calls(*classes: type) -> None:

@@ -263,7 +263,8 @@ class RingRun(ABC, Generic[ItemT]):
     @staticmethod
     def _raise_failure(msg: TaskFailed) -> None:
         """Raise a worker's failure in this process: the same datasetrt (or builtin) error class
-        and message (a CacheIOError with its errno and path), the worker traceback as its cause."""
+        and message (a CacheIOError with its errno and path, a StorageError with its URL, operation
+        and status), the worker traceback as its cause."""
         module, _, name = msg.error_type.rpartition(".")
         cls = None
         if module == "datasetrt.errors":
@@ -276,6 +277,8 @@ class RingRun(ABC, Generic[ItemT]):
             try:
                 if issubclass(cls, errors.CacheIOError):
                     exc = cls(msg.message, errno=msg.io_errno, path=msg.io_path)
+                elif issubclass(cls, errors.StorageError):
+                    exc = cls(msg.message, url=msg.store_url, operation=msg.store_operation, status=msg.store_status)
                 else:
                     exc = cls(msg.message)
             except Exception:

@@ -27,7 +27,7 @@ import threading
 import traceback
 from collections import OrderedDict
 
-from datasetrt.errors import CacheFormatError, CacheIOError
+from datasetrt.errors import CacheFormatError, CacheIOError, StorageError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.protocol import (
@@ -301,6 +301,7 @@ def _send(conn, msg: object) -> None:
 def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> None:
     cls = type(exc)
     io = exc if isinstance(exc, CacheIOError) else None
+    store = exc if isinstance(exc, StorageError) else None
     _send(
         conn,
         TaskFailed(
@@ -312,5 +313,8 @@ def _report(conn, index: int, run_id: int, task_id: int, exc: BaseException) -> 
             "".join(traceback.format_exception(exc)),
             io.errno if io is not None else None,
             io.path if io is not None else None,
+            store.url if store is not None else None,
+            store.operation if store is not None else None,
+            store.status if store is not None else None,
         ),
     )

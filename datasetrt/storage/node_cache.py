@@ -38,7 +38,8 @@ Invariants:
   least recently ensured unpinned files are evicted (their access time is set on each `ensure`;
   the modification time, which readers use as identity, is never touched), then unheld partials;
   if it still cannot fit, DiskLimitError names the limit and the need. The file system's free
-  space is checked the same way (DiskFullError up front when it cannot hold the file), and ENOSPC
+  space, less what the partials in flight have reserved but not written yet, is checked the same
+  way (DiskFullError up front when it cannot hold the file), and ENOSPC
   during a download is a DiskFullError naming the root; its partial is removed, so a full disk is
   not kept full by a reservation.
 - Pins (`ensure(..., pin=True)`, `pin`, `unpin`) are shared flocks on the file's `.pin` lock held
@@ -93,6 +94,7 @@ class _Entry:
     size: int  # bytes counted against the limit
     atime_ns: int
     partial: bool
+    unwritten: int = 0  # of a partial: declared bytes not on disk yet (the file system still shows them free)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -168,12 +170,27 @@ class NodeCache:
                 except FileNotFoundError:
                     continue
                 lock = Path(dirpath, f"{match.group(1)}.lock")
-                entries.append(_Entry(path, lock, None, max(int(match.group(2)), st.st_size), st.st_mtime_ns, True))
+                declared = max(int(match.group(2)), st.st_size)
+                entries.append(_Entry(path, lock, None, declared, st.st_mtime_ns, True, declared - st.st_size))
         return entries
 
     def usage_bytes(self) -> int:
         """Bytes the directory holds or has reserved: complete files plus declared sizes of partials."""
         return sum(e.size for e in self._entries())
+
+    def free_bytes(self) -> int:
+        """Bytes the file system under the root has free for this process (statvfs)."""
+        try:
+            fs = os.statvfs(self.root)
+        except OSError as exc:
+            raise CacheIOError.from_os(exc, self.root) from None
+        return fs.f_bavail * fs.f_frsize
+
+    def capacity_bytes(self) -> int:
+        """The most the directory could hold: the file system's free bytes plus what it holds now
+        (which evictions can free). An upper bound: files others pin cannot be evicted."""
+        entries = self._entries()
+        return self.free_bytes() + sum(e.size - e.unwritten for e in entries)
 
     def _space_lock(self) -> int:
         fd = _open_lock(self.work / SPACE_LOCK)
@@ -206,7 +223,9 @@ class NodeCache:
         entries = [e for e in self._entries() if e.path != keep]
         usage = sum(e.size for e in entries)
         fs = os.statvfs(self.root)
-        fs_free = fs.f_bavail * fs.f_frsize
+        # Downloads in flight have reserved their declared size, but the file system counts only
+        # what they wrote so far: the rest of their reservations is not free for this file.
+        fs_free = fs.f_bavail * fs.f_frsize - sum(e.unwritten for e in entries)
         over_limit = usage + need - self.limit_bytes if self.limit_bytes is not None else 0
         over_fs = need - fs_free
         if over_limit <= 0 and over_fs <= 0:
@@ -219,7 +238,7 @@ class NodeCache:
             if self._try_evict(entry):
                 usage -= entry.size
                 over_limit -= entry.size
-                over_fs -= entry.size
+                over_fs -= entry.size  # its bytes on disk and, for a partial, its unwritten reservation
         if over_limit > 0:
             assert self.limit_bytes is not None
             raise DiskLimitError(

@@ -16,6 +16,10 @@ they were added, first match wins:
 - `stall(key, after_bytes=K)`: send K body bytes, then wait until the returned `Stall` is released
   (or the proxy stops); `stall.reached` is set when the K bytes are out. After release the
   connection is cut, or, with `resume=True`, the rest of the body follows.
+- `hold(key)`: forward, then hold the whole answer (status line included) until the returned
+  `Stall` is released (or the proxy stops); `stall.reached` is set once upstream has answered.
+  Any method (a HEAD or a PUT has no body to `stall` in): the request has taken effect upstream,
+  the client just has not heard so yet.
 
 Create-only PUTs (`If-None-Match: *`) of one key are forwarded one at a time
 (`serialize_creates=True`, the default): moto checks the condition and then writes without a lock,
@@ -76,7 +80,7 @@ class Stall:
 
 @dataclass
 class _Rule:
-    action: str  # "fail" | "delay" | "cut" | "stall"
+    action: str  # "fail" | "delay" | "cut" | "stall" | "hold"
     key: str | None
     method: str | None
     times: int | None
@@ -177,6 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, reason, headers, data = proxy._forward(self.command, self.path, self.headers, body)
         if rule is not None and rule.action == "delay":
             time.sleep(rule.seconds)  # the injected latency itself
+        if rule is not None and rule.action == "hold":
+            assert rule.stall is not None
+            rule.stall.reached.set()
+            proxy._wait_released(rule.stall)
         self.send_response(status, reason)
         for name, value in headers:
             if name.lower() not in HOP_BY_HOP and name.lower() not in OWN_HEADERS:
@@ -342,6 +350,11 @@ class FaultProxy:
     ) -> Stall:
         stall = Stall()
         self._add(_Rule("stall", key, method, times, after_bytes=after_bytes, resume=resume, stall=stall))
+        return stall
+
+    def hold(self, key: str | None, *, times: int | None = 1, method: str | None = None) -> Stall:
+        stall = Stall()
+        self._add(_Rule("hold", key, method, times, stall=stall))
         return stall
 
     def clear_rules(self) -> None:

@@ -1,6 +1,7 @@
 """runtime/protocol.py TaskFailed across the process boundary: what a worker reports (worker.py
 `_report`) survives pickling and is re-raised by the parent (run.py) as the same error class
-with the same message, and a CacheIOError keeps its errno and path."""
+with the same message, a CacheIOError keeps its errno and path, a StorageError its URL, operation
+and status."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pickle
 
 import pytest
 
-from datasetrt.errors import CacheIOError, IntegrityError, WorkerError
+from datasetrt.errors import CacheIOError, IntegrityError, StorageUnreachableError, WorkerError
 from datasetrt.runtime.protocol import TaskFailed
 from datasetrt.runtime.run import ParallelRun
 from datasetrt.runtime.worker import _report
@@ -55,3 +56,14 @@ def test_other_errors_carry_no_io_fields_and_keep_their_class():
     with pytest.raises(CacheIOError) as info:
         ParallelRun._raise_failure(msg)
     assert info.value.errno is None
+
+
+def test_a_storage_error_keeps_its_url_operation_and_status_across_processes():
+    url = "s3://b/caches/a/shards/000001.bin"
+    msg = _crossed(StorageUnreachableError(f"get {url}: status 503", url=url, operation="get", status=503))
+    assert (msg.store_url, msg.store_operation, msg.store_status) == (url, "get", 503)
+    assert (msg.io_errno, msg.io_path) == (None, None)
+    with pytest.raises(StorageUnreachableError) as info:
+        ParallelRun._raise_failure(msg)
+    assert (info.value.url, info.value.operation, info.value.status) == (url, "get", 503)
+    assert isinstance(info.value, ConnectionError)  # still the builtin users catch
