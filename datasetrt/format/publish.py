@@ -215,14 +215,21 @@ def _lock_file(lock_path: Path, name: str, base: Path) -> int:
     could otherwise win a lock nobody else can see while a third writer locks a new file of the
     same name. After locking we therefore check that the path still names our inode, and retry
     on the current file if it does not. A missing lock file is created already locked
-    (`_create_locked`); a lock file that was there before is never removed here, even when it
-    cannot be locked (another writer may hold it).
+    (`_create_locked`; where the file system has no hard links, by name as dataset-rt does, and a
+    failed flock then leaves it); a lock file that was there before is never removed here, even
+    when it cannot be locked (another writer may hold it).
     """
+    create_locked = True
     while True:
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:  # (and when the staging root is missing, so does this: `acquire` makes it)
-            created = _create_locked(lock_path, name, base)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC | (0 if create_locked else os.O_CREAT), 0o644)
+        except FileNotFoundError:
+            if not create_locked:
+                raise  # no staging root: `acquire` creates it
+            created = _create_locked(lock_path, name, base)  # (no staging root: raises the same)
+            if created == _NO_LINKS:
+                create_locked = False
+                continue
             if created is None:
                 continue  # another writer linked its lock file first: contend for that one
             return created
@@ -242,6 +249,7 @@ def _lock_file(lock_path: Path, name: str, base: Path) -> int:
 
 
 _TMPFILE = getattr(os, "O_TMPFILE", 0) if os.path.isdir("/proc/self/fd") else 0  # 0: named temporaries
+_NO_LINKS = -1  # `_create_locked`: the file system makes no hard links (vfat, exFAT, some FUSE)
 
 
 def _create_locked(lock_path: Path, name: str, base: Path) -> int | None:
@@ -249,7 +257,7 @@ def _create_locked(lock_path: Path, name: str, base: Path) -> int | None:
     staging root (O_TMPFILE; where the file system has none, a randomly named one removed once
     linked), locked, then hard-linked to `lock_path`, which fails if the name exists. So a lock
     file appears only locked, and a flock that fails (ENOLCK) leaves nothing behind. Returns the
-    locked fd, or None when another writer's lock file took the name first."""
+    locked fd, None when another writer's lock file took the name first, or `_NO_LINKS`."""
     root, temp = lock_path.parent, None
     fd = -1
     if _TMPFILE:
@@ -275,6 +283,11 @@ def _create_locked(lock_path: Path, name: str, base: Path) -> int | None:
         except FileExistsError:
             os.close(fd)
             return None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                raise
+            os.close(fd)
+            return _NO_LINKS
         return fd
     except BaseException:
         os.close(fd)

@@ -129,6 +129,43 @@ def test_a_lock_file_appears_only_locked_and_a_failed_flock_leaves_nothing(tmp_p
     assert os.listdir(root) == []
 
 
+def test_a_lock_file_linked_first_by_another_writer_is_contended_for(runtime, tmp_path, monkeypatch):
+    """Two writers create the lock file at once: the one whose link loses opens the winner's
+    file and fails fast on its lock, leaving the winner's file alone."""
+    real_link, held = os.link, []
+
+    def link_after_another_writer(src, dst, **kw):
+        if not held:
+            fd = os.open(dst, os.O_RDWR | os.O_CREAT, 0o644)  # the other writer, already locked
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.append(fd)
+        return real_link(src, dst, **kw)
+
+    monkeypatch.setattr(publish.os, "link", link_after_another_writer)
+    try:
+        (result,) = runtime.write_cache([Raw("w", OK)], tmp_path, writer_config=QUIET)
+    finally:
+        monkeypatch.undo()
+        for fd in held:
+            os.close(fd)
+    assert isinstance(result, drt.CacheWriteError) and "another process is writing cache 'w'" in result.message
+    assert os.listdir(tmp_path / "tmp") == [".w.lock"]  # the other writer's
+
+
+def test_without_hard_links_the_lock_file_is_created_by_name(runtime, tmp_path, monkeypatch):
+    """vfat, exFAT and some FUSE file systems refuse link(2) (EPERM): the lock file is then
+    created by name, as dataset-rt does."""
+
+    def no_links(*_args, **_kw):
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(publish.os, "link", no_links)
+    results = runtime.write_cache([Raw("a", OK), Raw("b", OK)], tmp_path, writer_config=QUIET)
+    monkeypatch.undo()
+    assert results == [drt.CacheWriteSuccess(n, tmp_path / n) for n in "ab"]
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
 def test_release_closes_once_and_raises_nothing(tmp_path, monkeypatch):
     staging = publish.Staging(tmp_path, "a")
     staging.acquire()
