@@ -261,11 +261,18 @@ def _create_locked(lock_path: Path, name: str, base: Path) -> int | None:
     root, temp = lock_path.parent, None
     fd = -1
     if _TMPFILE:
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # no root: FileNotFoundError
         try:
-            fd = os.open(root, _TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            fd = os.open(".", _TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644, dir_fd=root_fd)
         except OSError as exc:
+            # Another writer removed the (empty) root meanwhile: ext4 refuses to create in a
+            # deleted directory with EPERM, where a named create says ENOENT. `acquire` retries.
+            if os.fstat(root_fd).st_nlink == 0:
+                raise FileNotFoundError(errno.ENOENT, "staging root removed meanwhile", str(root)) from None
             if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
                 raise
+        finally:
+            os.close(root_fd)
     if fd < 0:
         temp = root / f".{secrets.token_hex(8)}.lock-new"
         fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)

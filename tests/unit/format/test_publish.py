@@ -152,6 +152,27 @@ def test_a_lock_file_linked_first_by_another_writer_is_contended_for(runtime, tm
     assert os.listdir(tmp_path / "tmp") == [".w.lock"]  # the other writer's
 
 
+def test_a_root_removed_before_the_unnamed_lock_file_is_made_is_recreated(runtime, tmp_path, monkeypatch):
+    """Another writer may remove the empty staging root between this writer's lookup of it and
+    the creation of its unnamed lock file in it (ext4 then says EPERM, not ENOENT): the root is
+    made again and the lock retried."""
+    if not publish._TMPFILE:
+        pytest.skip("no O_TMPFILE (or no /proc) here: the writer uses named temporaries")
+    real_open, removed = os.open, []
+
+    def open_after_removal(path, flags, *args, **kw):
+        if flags & publish._TMPFILE == publish._TMPFILE and not removed:
+            os.rmdir(tmp_path / "tmp")  # what the other writer's remove_empty_staging_root does
+            removed.append(path)
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(publish.os, "open", open_after_removal)
+    (result,) = runtime.write_cache([Raw("w", OK)], tmp_path, writer_config=QUIET)
+    monkeypatch.undo()
+    assert result == drt.CacheWriteSuccess("w", tmp_path / "w") and removed
+    assert os.listdir(tmp_path) == ["w"]
+
+
 def test_without_hard_links_the_lock_file_is_created_by_name(runtime, tmp_path, monkeypatch):
     """vfat, exFAT and some FUSE file systems refuse link(2) (EPERM): the lock file is then
     created by name, as dataset-rt does."""
