@@ -219,3 +219,30 @@ def test_allow_external_links_is_a_reader_config_field():
     assert drt.ReaderConfig(seed=0, allow_external_links=True).allow_external_links is True
     with pytest.raises(ValueError):
         drt.ReaderConfig(seed=0, allow_external_links="sometimes")
+
+
+def test_a_shard_replaced_by_a_fifo_after_open_is_an_error_not_a_wait(fresh_cache):
+    """Shards are opened lazily, at the first read that needs them: one replaced by a FIFO after
+    the cache opened must fail that read (the open does not wait for a writer that never comes)."""
+    import threading
+
+    from datasetrt.errors import DatasetRTError
+
+    ds = drt.CachedDataset([fresh_cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False), runtime=None)
+    fifo = _replace_with_fifo(shard_file(fresh_cache))
+    outcome: dict[str, BaseException] = {}
+
+    def read() -> None:
+        try:
+            list(ds)
+        except BaseException as exc:  # reported to the test thread
+            outcome["error"] = exc
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(120)  # a hang guard, not a timing assertion
+    if reader.is_alive():  # blocked in open(): give it a writer so the thread can end
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        pytest.fail("the read waited on a FIFO shard")
+    assert isinstance(outcome.get("error"), DatasetRTError), outcome
