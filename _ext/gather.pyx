@@ -19,6 +19,10 @@ succeeds or fills a `FaultInfo` and stops the loop:
   _check_record  XXH3-64 against the sidecar, JSON length, JSON UTF-8
   _payload_size  the codec's declared decoded size, bounded by the shard's uncompressed_byte_len
   _decode        the codec's decode into the output (a codec with per-cache state gets its cache's)
+Staging is bounded by the caller's buffer: a record is staged only when its stored bytes fit in
+what is left of the output or in SPAN_MAX_BYTES; a larger one ends the call with its stored size
+as the need, before a byte of it is read, so the scratch never grows past max(SPAN_MAX_BYTES, the
+output's size) and the caller checks the need against its memory limit.
 After the loop, `_raise_fault` words the fault (cache directory, sample, shard file) and raises it
 through the kernels' one choke point, `faults.raise_fault`, so a fault reads the same whichever
 kernel met it. Codecs are decoded through the codec table's helpers (codecs.pxd), so this module
@@ -105,7 +109,8 @@ cdef class Scratch:
     (compressed ones, among others) and the codecs' decoding contexts (codecs.pxd DecodeContext).
 
     Not thread-safe; one per reading thread/process. Memory held: the largest run staged so far
-    (at most SPAN_MAX_BYTES, or one record when that is larger) plus one ZSTD_DCtx.
+    (at most SPAN_MAX_BYTES, or one record when that is larger, which then fit in the caller's
+    output buffer) plus one ZSTD_DCtx.
     """
     cdef Staging staging
     cdef DecodeContext codecs
@@ -426,7 +431,10 @@ def gather(
     Row i's embedded JSON is out[json_off[i] : +json_len[i]] and its decoded payload
     out[data_off[i] : +data_len[i]] (the four int64 outputs have at least n entries; offsets
     relative to `out`). Returns (rows_done, out_used, need_bytes): need_bytes > 0 only when row
-    rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it).
+    rows_done alone does not fit in the remaining space of `out` (the caller grows or drains it):
+    its decoded size as its codec declares it, before anything is decoded, or (a record over
+    SPAN_MAX_BYTES) its stored size, before it is read. The caller checks a need against its
+    memory limit before it allocates anything for it.
     O(rows + bytes). Records that lie back to back in one shard (ordered reads) are fetched with
     one pread per run: an uncompressed run straight into `out` (up to the rest of `out`, the
     record then already in its layout), a compressed one staged in `scratch` (at most
@@ -467,6 +475,10 @@ def gather(
                         break
                     if _read_run(t, &rows, i, &r, base + pos, cap - pos, &scratch.staging, &run, &f) != 0:
                         break
+                elif r.rec_len > cap - pos and r.rec_len > SPAN_MAX_BYTES:  # staged within bounds (module doc)
+                    need = r.rec_len
+                    f.code = F_OUT_FULL
+                    break
                 elif _read_run(t, &rows, i, &r, NULL, max(r.rec_len, <uint64_t>SPAN_MAX_BYTES), &scratch.staging, &run,
                                &f) != 0:
                     break
@@ -532,8 +544,9 @@ def gather_batch(
     other check is `gather`'s, made by the same helpers.
 
     Returns (rows_done, payload_end, json_bottom, need_bytes): rows_done < n when `out` is full,
-    and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept) does not fit in
-    what is left. O(rows + bytes).
+    and need_bytes > 0 when row rows_done alone (payload, plus its JSON when kept; its stored size
+    when a record over SPAN_MAX_BYTES would be staged first) does not fit in what is left.
+    O(rows + bytes).
 
     Uncompressed records, JSON dropped: a run of neighbouring records (at most INPLACE_SPAN_BYTES,
     or one record when that is larger) is read with one pread straight into `out` at the write
@@ -582,6 +595,10 @@ def gather_batch(
                     if _read_run(t, &rows, i, &r, base + pos, min(json_top - pos, max(<uint64_t>INPLACE_SPAN_BYTES,
                                  r.rec_len)), &scratch.staging, &run, &f) != 0:
                         break
+                elif r.rec_len > json_top - pos and r.rec_len > SPAN_MAX_BYTES:  # staged only within bounds
+                    need = r.rec_len
+                    f.code = F_OUT_FULL
+                    break
                 elif _read_run(t, &rows, i, &r, NULL, r.rec_len if in_place else max(r.rec_len, <uint64_t>SPAN_MAX_BYTES),
                                &scratch.staging, &run, &f) != 0:
                     break

@@ -12,12 +12,12 @@ mapped file truncated under a reader raises SIGBUS, which is why shards are read
 
 from cpython.buffer cimport PyBUF_WRITABLE
 from libc.errno cimport errno
-from posix.fcntl cimport O_CLOEXEC, O_RDONLY, open
+from posix.fcntl cimport O_CLOEXEC, O_NONBLOCK, O_RDONLY, open
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
-from posix.stat cimport fstat, struct_stat
+from posix.stat cimport S_ISREG, fstat, struct_stat
 from posix.unistd cimport close
 
-from datasetrt.errors import CacheIOError
+from datasetrt.errors import CacheFormatError, CacheIOError
 
 
 cdef class MappedFile:
@@ -26,7 +26,9 @@ cdef class MappedFile:
     Invariant: `size` is the file size at map time; the mapping lives until `close()` or
     deallocation. Exposes the buffer protocol as read-only bytes (numpy.frombuffer works).
     A zero-length file maps to an empty buffer (`address` 0). An OS failure (open, fstat, mmap)
-    is a CacheIOError carrying its `errno` and `path`.
+    is a CacheIOError carrying its `errno` and `path`. Only a regular file is mapped: it is opened
+    without blocking (a FIFO put in its place returns at once) and anything else is a
+    CacheFormatError naming it.
     """
     cdef void* addr
     cdef readonly Py_ssize_t size
@@ -44,12 +46,14 @@ cdef class MappedFile:
         cdef int fd
         cdef struct_stat st
         with nogil:
-            fd = open(c_path, O_RDONLY | O_CLOEXEC)
+            fd = open(c_path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         if fd < 0:
             raise CacheIOError.from_os(errno, self.path)
         try:
             if fstat(fd, &st) != 0:
                 raise CacheIOError.from_os(errno, self.path)
+            if not S_ISREG(st.st_mode):
+                raise CacheFormatError(f"cache file is not a regular file: {self.path}")
             self.size = st.st_size
             if self.size > 0:
                 self.addr = mmap(NULL, <size_t>self.size, PROT_READ, MAP_SHARED, fd, 0)

@@ -6,7 +6,8 @@ the command runs, so `datasetrt --help` stays light); knows no cache byte layout
   datasetrt convert SRC... --out BASE [--payload-column C] [--metadata-columns C...]
                     [--rename A=B...] [--index-column NAME] [--dtype D [--shape S]]
                     [--codec none|lz4|zstd|zstd_dict] [--level N] [--dict-bytes N] [--name NAME...]
-                    [--workers N] [--no-progress] [--storage-option KEY=VALUE...] [--cache-dir DIR]
+                    [--workers N] [--no-progress] [--overwrite | --skip-identical]
+                    [--storage-option KEY=VALUE...] [--cache-dir DIR]
 
 Each SRC (a file, or a directory of files of one kind) becomes the cache BASE/NAME (NAME defaults to
 the file name without its data suffixes, or the directory's name). BASE is a directory or an
@@ -15,8 +16,11 @@ directory under the node-local cache (--cache-dir), uploaded and published with 
 (format/upload.py), and reached with the environment and --storage-option (cli/remote.py). Typed payloads: `--dtype` /
 `--shape` give the PayloadSpec, else a list payload column's type gives it (list<int32> ->
 int32[None]); every SRC must then have the same spec (byte payloads: none), which each manifest
-records. Exit status 0 when every cache was written, 1 when any source failed (its error is
-printed; nothing of it is published), 2 on a usage error (conflicting specs included).
+records. A cache name already taken under BASE fails that source, as `write_cache` does;
+`--overwrite` replaces it atomically and `--skip-identical` keeps it when it is the cache this
+run writes (`write_cache(if_exists=...)`, local BASE only). Exit status 0 when every cache was
+written (or kept), 1 when any source failed (its error is printed; nothing of it is published), 2
+on a usage error (conflicting specs included).
 """
 
 from __future__ import annotations
@@ -84,6 +88,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--workers", type=int, default=2, help="compression threads (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    existing = p.add_mutually_exclusive_group()
+    existing.add_argument(
+        "--overwrite",
+        dest="if_exists",
+        action="store_const",
+        const="replace",
+        default="error",
+        help="replace a cache of the same name under --out, atomically (default: that source fails)",
+    )
+    existing.add_argument(
+        "--skip-identical",
+        dest="if_exists",
+        action="store_const",
+        const="skip_identical",
+        help="keep a cache of the same name when it is the one this run writes (else that source fails)",
+    )
     add_storage_arguments(p, cache_dir=True)
 
 
@@ -172,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
             storage=storage,
         )
         with drt.DatasetRuntime(num_workers=max(1, args.workers)) as rt:
-            results = rt.write_cache(sources, args.out, writer_config=config)
+            results = rt.write_cache(sources, args.out, writer_config=config, if_exists=args.if_exists)
     except (DatasetRTError, ValueError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

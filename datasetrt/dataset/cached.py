@@ -20,11 +20,13 @@ public method with its docstring and argument checks); the work behind them live
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -47,6 +49,7 @@ from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.remote import Storage
 from datasetrt.format.results import Err, Ok
+from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.sampling import orders, populations
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
@@ -61,6 +64,11 @@ from datasetrt.values.records import CachedSample
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from datasetrt.integrations.torch.batches import DatasetRTBatchLoader
+    from datasetrt.integrations.torch.iterable import CachedIterableDataset
+    from datasetrt.integrations.torch.loader import DatasetRTDataLoader
+    from datasetrt.integrations.torch.mapped import CachedMapDataset
 
 
 def _check_seed(seed: Any) -> int:
@@ -121,7 +129,12 @@ class CachedDataset:
         self.reader_config = reader_config
         self._seed = _check_seed(reader_config.seed)
         storage = Storage.of(reader_config.storage) if any(isinstance(p, str) for p in self.cache_paths) else None
-        self._handles = [CacheHandle.open(p, storage) for p in self.cache_paths]
+        # Decoding metadata.arrow is bounded by the reader's memory limit (format/reader.py).
+        limit = reader_config.memory_limit_bytes or default_memory_limit_bytes()
+        self._handles = [
+            CacheHandle.open(p, storage, external_links=reader_config.allow_external_links, memory_limit_bytes=limit)
+            for p in self.cache_paths
+        ]
         if reader_config.validate_cache:
             for handle in self._handles:
                 handle.validate_deep()
@@ -424,6 +437,50 @@ class CachedDataset:
             raise SampleIndexError(f"sample_id {sample_id} is out of range for cache_id {cache_id}")
         return self._reads.sample(pos, sample_id)
 
+    # -- random access in the active table's order (docs/python-api.md, "Random access") ----------
+
+    @overload
+    def __getitem__(self, index: int) -> CachedSample: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[CachedSample]: ...
+    def __getitem__(self, index: int | slice) -> CachedSample | list[CachedSample]:
+        """Row `index` of the active table, in its order (`get_metadata()`'s rows: every sample of
+        the caches in path order until `update_metadata`; a duplicated row is two rows), with
+        Python's indexing: -1 is the last row, and an index outside [-rows, rows) raises
+        `SampleIndexError` (an IndexError) naming it and the row count. A slice gives a list of
+        its rows in slice order. Read in this process, through this thread's reader; ignores the
+        sampling order, weights and `len()` (the epoch length); moves no cursor. O(k) for k rows."""
+        population = self._population
+        rows = len(population)
+        if isinstance(index, slice):
+            return list(self.read_rows(np.arange(*index.indices(rows), dtype=np.int64), population=population))
+        if isinstance(index, bool):
+            raise ArgumentTypeError(f"dataset indices must be integers or slices, not {type(index).__name__}")
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise ArgumentTypeError(f"dataset indices must be integers or slices, not {type(index).__name__}") from None
+        if not -rows <= i < rows:
+            raise SampleIndexError(f"row {i} is out of range for the active table's {rows} rows")
+        [sample] = self.read_rows(np.array([i % rows], dtype=np.int64), population=population)
+        return sample
+
+    def read_rows(
+        self,
+        rows: np.ndarray,
+        transform: Callable[[CachedSample], Any] | None = None,
+        *,
+        population: Population | None = None,
+        check_embedded: bool | None = None,
+    ) -> Iterator[Any]:
+        """The samples of `population`'s (default: the current one's) rows `rows` (int64 indexes
+        into its rows, each in range: the caller checks), in that order, each through `transform`,
+        read in this process by this thread's reader (the integration seam's random access).
+        `check_embedded` as in `read_window`."""
+        population = self._population if population is None else population
+        picked = _Rows(population, np.ascontiguousarray(rows, dtype=np.int64))
+        return self._reads.samples(picked, transform, in_process=True, check_embedded=check_embedded)
+
     def _max_record_bytes(self) -> int:
         """Record size the worker ring is planned for (`runtime.run.planned_record_bytes`, cached)."""
         return self._reads.max_record_bytes
@@ -608,21 +665,146 @@ class CachedDataset:
 
     # -- PyTorch (datasetrt/integrations/torch/, imported here lazily: the core never imports torch)
 
-    def to_torch_iterable_dataset(self) -> Any:
+    # The signatures below repeat integrations/torch's (tests/interop/test_signatures.py
+    # checks they stay equal), so help() and IDEs show the arguments without importing torch.
+
+    def to_torch_iterable_dataset(self) -> CachedIterableDataset:
         """A sized `torch.utils.data.IterableDataset` over this dataset (docs/pytorch.md)."""
         from datasetrt.integrations.torch import to_torch_iterable_dataset
 
         return to_torch_iterable_dataset(self)
 
-    def to_torch_dataloader(self, **kwargs: Any) -> Any:
-        """A `torch.utils.data.DataLoader` with dataset-rt 0.4.8's arguments (docs/pytorch.md)."""
+    def to_torch_map_dataset(self, sample_transform_fn: Callable | None = None) -> CachedMapDataset:
+        """A map-style `torch.utils.data.Dataset` over the active table's rows as they are now
+        (`dataset[i]` is `self[i]` through `sample_transform_fn`; `len()` the row count), for a
+        DataLoader with your own sampler or batch sampler; reads in the process that indexes it
+        (each DataLoader worker, fork or spawn) and batches of indexes at once (`__getitems__`)
+        (docs/pytorch.md)."""
+        from datasetrt.integrations.torch import to_torch_map_dataset
+
+        return to_torch_map_dataset(self, sample_transform_fn)
+
+    def to_torch_dataloader(
+        self,
+        *,
+        shuffle: bool = True,
+        seed: int | str = "random",
+        samples_per_epoch: int | None = None,
+        worker_partition: str | None = None,
+        work_dir: Any = None,
+        batch_size: int = 1,
+        num_workers: int | str = "auto",
+        sample_transform_fn: Callable | None = None,
+        collate_fn: Callable | None = None,
+        drop_last: bool = False,
+        pin_memory: bool = False,
+        timeout: float = 0,
+        native_num_workers: int | str = "auto",
+        multiprocessing_context: Any = "spawn",
+        worker_init_fn: Callable | None = None,
+        prefetch_factor: int | str = "auto",
+        persistent_workers: bool | str = "auto",
+        verbose: bool = True,
+        dataloader_kwargs: Mapping | None = None,
+    ) -> DatasetRTDataLoader:
+        """A `torch.utils.data.DataLoader` (a `DatasetRTDataLoader`) with dataset-rt 0.4.8's
+        keyword-only arguments, defaults and checks: `batch_size` samples per batch from this
+        dataset's plan (`shuffle`, `seed`: "random" or a u64; `samples_per_epoch`: samples per pass,
+        default `len(self)`), read by `num_workers` torch workers ("auto": from the CPUs) started
+        with `multiprocessing_context` ("spawn"; "inherit", a start method or a context), each
+        applying `sample_transform_fn` per sample; `collate_fn`, `drop_last`, `pin_memory`,
+        `timeout`, `worker_init_fn`, `prefetch_factor`, `persistent_workers` and
+        `dataloader_kwargs` go to torch; exact resume with `state_dict()` / `load_state_dict()`.
+        `worker_partition`, `work_dir`, `native_num_workers` and `verbose` are dataset-rt's
+        (docs/pytorch.md)."""
         from datasetrt.integrations.torch import to_torch_dataloader
 
-        return to_torch_dataloader(self, **kwargs)
+        return to_torch_dataloader(
+            self,
+            shuffle=shuffle,
+            seed=seed,
+            samples_per_epoch=samples_per_epoch,
+            worker_partition=worker_partition,
+            work_dir=work_dir,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            sample_transform_fn=sample_transform_fn,
+            collate_fn=collate_fn,
+            drop_last=drop_last,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            native_num_workers=native_num_workers,
+            multiprocessing_context=multiprocessing_context,
+            worker_init_fn=worker_init_fn,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            verbose=verbose,
+            dataloader_kwargs=dataloader_kwargs,
+        )
 
-    def to_torch_batches(self, batch_size: int, **kwargs: Any) -> Any:
-        """A `torch.utils.data.DataLoader` of whole typed batches (dicts of tensors) whose workers
-        gather each batch straight into shared-memory tensors (docs/pytorch.md)."""
+    def to_torch_batches(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool | None = None,
+        seed: int | str = "random",
+        samples_per_epoch: int | None = None,
+        columns: Sequence[str] = (),
+        length: int | None = None,
+        pad: Any = 0,
+        batch_transform: Callable | None = None,
+        num_workers: int | str = "auto",
+        drop_last: bool = False,
+        pin_memory: bool = False,
+        timeout: float = 0,
+        multiprocessing_context: Any = "spawn",
+        worker_init_fn: Callable | None = None,
+        prefetch_factor: int | str = "auto",
+        persistent_workers: bool | str = "auto",
+        work_dir: Any = None,
+    ) -> DatasetRTBatchLoader:
+        """A `torch.utils.data.DataLoader` of whole typed batches of `batch_size` samples (dicts of
+        tensors: "payload", or "values"/"offsets"/"shapes" when ragged, "cache_id", "sample_id" and
+        the metadata `columns`) whose workers gather each batch straight into shared-memory
+        tensors. `length` / `pad` project a ragged payload to `length` steps; `batch_transform`
+        runs on each batch in the worker; `shuffle` defaults to this dataset's
+        `ReaderConfig.shuffle`; the other arguments are `to_torch_dataloader`'s, and the same
+        arguments give the same samples in the same batches (docs/pytorch.md)."""
         from datasetrt.integrations.torch import to_torch_batches
 
-        return to_torch_batches(self, batch_size, **kwargs)
+        return to_torch_batches(
+            self,
+            batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            samples_per_epoch=samples_per_epoch,
+            columns=columns,
+            length=length,
+            pad=pad,
+            batch_transform=batch_transform,
+            num_workers=num_workers,
+            drop_last=drop_last,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            multiprocessing_context=multiprocessing_context,
+            worker_init_fn=worker_init_fn,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            work_dir=work_dir,
+        )
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Given rows of a population as the readers take a window: `length` positions whose rows are
+    `picked` (int64 indexes into `population`'s rows), in order."""
+
+    population: Population
+    picked: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return len(self.picked)
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        return self.picked[first : first + count]

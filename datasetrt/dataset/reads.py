@@ -86,7 +86,11 @@ class DatasetReads:
         local = self._thread_readers
         reader = getattr(local, "reader", None)
         if reader is None or local.pid != os.getpid():
-            reader = LocalReader(self.handles, verify_records=self.config.verify_records)
+            reader = LocalReader(
+                self.handles,
+                verify_records=self.config.verify_records,
+                memory_limit_bytes=self.config.memory_limit_bytes or self.default_memory_limit,
+            )
             local.reader, local.pid = reader, os.getpid()
         return reader
 

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from datasetrt.dataset.cached import CachedDataset
 from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
+from datasetrt.format.overwrite import check_if_exists
 from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.remote import Storage
@@ -138,10 +139,32 @@ class DatasetRuntime:
         raise TypeError("cannot pickle 'DatasetRuntime' object")
 
     def write_cache(
-        self, sources: Any, path: str | os.PathLike, *, writer_config: WriterConfig = DEFAULT_WRITER_CONFIG
+        self,
+        sources: Any,
+        path: str | os.PathLike,
+        *,
+        writer_config: WriterConfig = DEFAULT_WRITER_CONFIG,
+        if_exists: str = "error",
     ) -> list:
-        """Write one source or a list of sources under `path`; one result per source, in order."""
-        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None)
+        """Write one source or a list of sources under `path`; one result per source, in order
+        (`CacheWriteSuccess(source_name, path)` or `CacheWriteError(source_name, message)`:
+        check them, a failure is a value, never raised).
+
+        `if_exists` says what a source does when `path/<name>` is taken (local directories;
+        docs/python-api.md, "Writing over an existing cache"):
+        - "error" (the default, dataset-rt's): `CacheWriteError(name, "cache path already exists:
+          <path>")`, the existing cache untouched;
+        - "skip_identical": the source is written to staging and compared; the same cache is kept
+          as it is (a success at its path), a different one fails as "error" does, saying so;
+        - "replace": the new cache takes the name in one atomic rename, the old one is removed.
+        """
+        policy = check_if_exists(if_exists)
+        if policy != "error" and not isinstance(parse_location(path), Path):
+            raise ConfigError(
+                f"if_exists={policy!r} is for caches in local directories; an object store has no atomic "
+                "replace: write under a new prefix"
+            )
+        return self._write(sources, path, writer_config, reuse_existing=False, reader_config=None, if_exists=policy)
 
     def _write(
         self,
@@ -151,6 +174,7 @@ class DatasetRuntime:
         *,
         reuse_existing: bool,
         reader_config: ReaderConfig | None,
+        if_exists: str = "error",
     ) -> list:
         from datasetrt.format.writer import write_profile, write_sources  # lazily: imports pyarrow
 
@@ -177,6 +201,7 @@ class DatasetRuntime:
                 reuse_existing=reuse_existing,
                 check_reused=check,
                 profiles=profiles,
+                if_exists=if_exists,
             )
             return results
 

@@ -84,7 +84,7 @@ class CacheIdentity:
 class DatasetSeam(Protocol):
     """What an integration may use of a dataset (`CachedDataset` implements it): its reader
     configuration, windows (peek, reserve, plan), populations (rows, selections, exports), reads
-    of any window or share, the cursor state and the caches' identity."""
+    of any window or share or of given rows, the cursor state and the caches' identity."""
 
     reader_config: ReaderConfig
 
@@ -137,6 +137,15 @@ class DatasetSeam(Protocol):
         transform: Callable[[CachedSample], Any] | None = None,
         *,
         in_process: bool = False,
+        check_embedded: bool | None = None,
+    ) -> Iterator[Any]: ...
+
+    def read_rows(
+        self,
+        rows: np.ndarray,
+        transform: Callable[[CachedSample], Any] | None = None,
+        *,
+        population: Population | None = None,
         check_embedded: bool | None = None,
     ) -> Iterator[Any]: ...
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datasetrt.errors import CacheFormatError, CacheIOError, CodecError, ConfigError, IntegrityError
+from datasetrt.format import files
 
 if TYPE_CHECKING:
     from datasetrt.format.manifest import DictionaryFile
@@ -107,15 +108,17 @@ def dictionary_id(data: bytes) -> int:
 def read_checked(cache_dir: Path | str, entry: DictionaryFile) -> tuple[bytes, os.stat_result]:
     """The dictionary file of `cache_dir` as the manifest `entry` describes it, checked: its size,
     its sha256 and the id in its header; with the fstat of the file read (its identity).
-    CacheIOError when it cannot be read (naming the file), CacheFormatError when its size or id
-    differs, IntegrityError on a sha256 mismatch. O(byte_len)."""
+    CacheIOError when it cannot be read (naming the file), CacheFormatError when it is not a
+    regular file or its size or id differs, IntegrityError on a sha256 mismatch. O(byte_len)."""
     import hashlib  # lazily: reader workers import it only for caches with a dictionary
 
     path = os.path.join(cache_dir, entry.file)
     try:
-        with open(path, "rb") as f:
-            data = f.read(entry.byte_len + 1)
-            st = os.fstat(f.fileno())
+        fd, st = files.open_regular(path)  # a FIFO or device is refused, never waited on or read on
+        try:
+            data = os.read(fd, entry.byte_len + 1)  # byte_len <= DICT_MAX_BYTES: one read
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise CacheIOError.from_os(exc, path) from None
     if len(data) != entry.byte_len:

@@ -10,6 +10,7 @@ access in serde's wording) is format/manifest_json.py.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from datasetrt.errors import CacheIOError, ManifestJSONError, MissingManifestError
+from datasetrt.format import files
 from datasetrt.format.layout import (
     CHECKSUM_ALGO,
     FORMAT_VERSION,
@@ -50,6 +52,9 @@ EXTENSION_KEY = "datasetrt"
 PARTIAL_SUFFIX = ".partial"  # a replacement manifest before its rename (`write_manifest`)
 # index.bin holds sample_count rows of 24 bytes and its size must fit an off_t.
 MAX_SAMPLE_COUNT = U63_MAX // INDEX_ROW_BYTES
+# A manifest larger than this is refused before it is read (~250k shard entries; format/remote.py
+# bounds a fetched one the same way).
+MANIFEST_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -220,21 +225,23 @@ def read_manifest(cache_dir: Path) -> Manifest:
     return read_manifest_stat(cache_dir)[0]
 
 
-def read_manifest_stat(cache_dir: Path | str) -> tuple[Manifest, os.stat_result]:
-    """`read_manifest` plus the fstat of the manifest file that was read (its identity)."""
+def read_manifest_stat(cache_dir: Path | str, *, inside: str | None = None) -> tuple[Manifest, os.stat_result]:
+    """`read_manifest` plus the fstat of the manifest file that was read (its identity).
+
+    The manifest must be a regular file of at most MANIFEST_MAX_BYTES (format/files.py: opened
+    without blocking, read within its fstat size); with `inside` (the resolved cache directory),
+    a manifest that is a symbolic link must resolve inside it. CacheFormatError otherwise."""
     path = os.path.join(cache_dir, MANIFEST_NAME)  # str paths: cheaper than pathlib joins on this per-open path
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-            st = os.fstat(f.fileno())
-    except FileNotFoundError:
-        raise MissingManifestError(f"missing manifest: {path}") from None
-    except NotADirectoryError:
-        raise MissingManifestError(f"missing manifest: {path}") from None
-    except IsADirectoryError:
-        raise ManifestJSONError(f"JSON error: manifest is a directory: {path}") from None
-    except OSError as exc:
-        raise CacheIOError.from_os(exc, path) from None
+        if inside is not None:
+            files.check_file(path, inside)
+        raw, st = files.read_regular(path, max_bytes=MANIFEST_MAX_BYTES, what="manifest")
+    except CacheIOError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise MissingManifestError(f"missing manifest: {path}") from None
+        if exc.errno == errno.EISDIR:
+            raise ManifestJSONError(f"JSON error: manifest is a directory: {path}") from None
+        raise
     return parse_manifest(raw, path), st
 
 

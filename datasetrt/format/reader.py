@@ -4,8 +4,9 @@ Boundary: files of one cache directory -> `CacheHandle`. Imports numpy, hashlib 
 inside the functions that need them (reader workers open caches without them). No tables beyond the raw pyarrow batch
 of metadata.arrow, no sampling, no processes.
 
-Open cost (default): one manifest read + parse and a handful of stat() calls; no payload, index
-or metadata bytes are read. A zstd_dict cache adds one read and sha256 of its dictionary file
+Open cost (default): one manifest read + parse, one lstat() per file (format/files.py: each must
+be a regular file, a link inside the cache) and one realpath() of the directory; no payload,
+index or metadata bytes are read. A zstd_dict cache adds one read and sha256 of its dictionary file
 (at most 1 MiB, 64 KiB by default), so a missing, altered or foreign dictionary is refused at open.
 `validate_deep()` adds the sha256 of every file, an eager decode of metadata.arrow against the
 manifest schema, the dictionary loaded by the codec library, and a vectorised check of every index
@@ -20,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from datasetrt._native.codec import DecodeState
 from datasetrt._native.mapped import MappedFile
-from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError
-from datasetrt.format import dictionary
+from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError, ResourceLimitError
+from datasetrt.format import dictionary, files
 from datasetrt.format.layout import (
     CHECKSUM_ROW_BYTES,
     INDEX_NAME,
@@ -42,42 +43,55 @@ if TYPE_CHECKING:
     from datasetrt.format.remote import RemoteCache, Storage
     from datasetrt.values.config import PayloadSpec
 
-HASH_CHUNK_BYTES = 8 << 20
-
-
-def _io_error(exc: OSError, path: Path | str) -> CacheIOError:
-    return CacheIOError.from_os(exc, path)
-
 
 def _stat(path: str) -> os.stat_result:
     try:
         return os.stat(path)
     except OSError as exc:
-        raise _io_error(exc, path) from None
+        raise CacheIOError.from_os(exc, path) from None
 
 
-def _stat_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError as exc:
-        raise _io_error(exc, path) from None
+def _fallback_limit_bytes() -> int:
+    """The bound of a handle opened without one: half of physical memory (the dataset passes the
+    reader's `memory_limit_bytes`, or runtime/memory.py's default, which also knows cgroups)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
 
 
 class CacheHandle:
     """One opened cache directory.
 
-    Invariants after open: the manifest parsed; index.bin has exactly sample_count rows of 24
-    bytes; every shard exists with size == byte_len; metadata.arrow exists; the checksum
+    Invariants after open: the manifest parsed; every file of the cache (manifest.json,
+    index.bin, metadata.arrow, each shard, the sidecar and dictionary when named) is a regular
+    file, and a symbolic link among them (or shards/ itself) resolves inside the cache directory
+    unless the opener allowed external links (format/files.py); index.bin has exactly
+    sample_count rows of 24 bytes; every shard exists with size == byte_len; the checksum
     sidecar (if the manifest names one) has sample_count rows of 8 bytes; the zstd_dict
-    dictionary (if the manifest names one) has its size, sha256 and id. The index and sidecar
-    are mapped lazily, once, read-only and shared (MAP_SHARED) on first use; the codec state
-    (the prepared dictionary) is built lazily, once per handle.
+    dictionary (if the manifest names one) has its size, sha256 and id. metadata.arrow is read
+    later within the size stat'ed here, and decoded within `memory_limit_bytes`. The index and
+    sidecar are mapped lazily, once, read-only and shared (MAP_SHARED) on first use; the codec
+    state (the prepared dictionary) is built lazily, once per handle.
     """
 
-    __slots__ = ("path", "manifest", "identity", "remote", "_index", "_checksums", "_codec_state")
+    __slots__ = (
+        "path",
+        "manifest",
+        "identity",
+        "remote",
+        "memory_limit_bytes",
+        "metadata_bytes",
+        "_index",
+        "_checksums",
+        "_codec_state",
+    )
 
     def __init__(
-        self, path: Path, manifest: Manifest, identity: tuple[int, ...] = (), remote: RemoteCache | None = None
+        self,
+        path: Path,
+        manifest: Manifest,
+        identity: tuple[int, ...] = (),
+        remote: RemoteCache | None = None,
+        memory_limit_bytes: int | None = None,
+        metadata_bytes: int | None = None,
     ) -> None:
         self.path = path
         self.manifest = manifest
@@ -88,6 +102,10 @@ class CacheHandle:
         # when there is one (9 ints), as opened: a cache replaced at the same path since then is
         # a different cache (reader workers compare it before reading).
         self.identity = identity
+        # The bound on what decoding metadata.arrow may allocate (None: half of physical memory),
+        # and metadata.arrow's size as stat'ed at open (None: a handle made without `open`).
+        self.memory_limit_bytes = memory_limit_bytes
+        self.metadata_bytes = metadata_bytes
         self._index: MappedFile | None = None
         self._checksums: MappedFile | None = None
         self._codec_state: DecodeState | None = None
@@ -98,6 +116,9 @@ class CacheHandle:
         path: str | os.PathLike[str] | RemoteLocation,
         storage: Storage | None = None,
         remote: RemoteCache | None = None,
+        *,
+        external_links: bool = False,
+        memory_limit_bytes: int | None = None,
     ) -> CacheHandle:
         """Read the manifest and check shapes (no content is read). O(shards) stat calls.
 
@@ -105,7 +126,9 @@ class CacheHandle:
         its mirror on this node (`format.remote.open_remote`, with `storage`), and its shards
         are checked against the manifest when they are fetched rather than stat'ed here. A
         `file://` URL is its local path. `remote` reopens a mirror a process already made (a
-        reader worker)."""
+        reader worker). `external_links=True` accepts cache files that are symbolic links out
+        of the cache directory (`ReaderConfig.allow_external_links`); every file must still be
+        a regular file. `memory_limit_bytes` bounds what decoding metadata.arrow may allocate."""
         local: str | os.PathLike[str]  # the directory read here: the cache's own, or its mirror
         if remote is not None:
             local = remote.mirror_dir
@@ -121,10 +144,11 @@ class CacheHandle:
             else:
                 local = location
         root = os.fspath(local)
-        manifest, manifest_st = read_manifest_stat(root)
+        inside = None if external_links else files.resolved_dir(root)
+        manifest, manifest_st = read_manifest_stat(root, inside=inside)
         join = os.path.join
         index_path = join(root, INDEX_NAME)
-        index_st = _stat(index_path)
+        index_st = files.check_file(index_path, inside)
         index_size = index_st.st_size
         if index_size % INDEX_ROW_BYTES:
             raise CacheFormatError(f"index length is not divisible by row size: {index_path}")
@@ -134,16 +158,18 @@ class CacheHandle:
                 f"{index_size // INDEX_ROW_BYTES} rows, manifest sample_count is {manifest.sample_count}"
             )
         shards_dir = join(root, SHARDS_DIR)
+        if manifest.shards and os.path.lexists(shards_dir):  # (a missing one: each shard's stat names it)
+            files.check_dir(shards_dir, inside)
         for shard in manifest.shards:
             shard_path = join(shards_dir, shard.name)
             if remote is not None and not os.path.exists(shard_path):
                 continue  # fetched (and checked) when a read first needs it
-            if _stat_size(shard_path) != shard.byte_len:
+            if files.check_file(shard_path, inside).st_size != shard.byte_len:
                 raise CacheFormatError(f"shard length mismatch for {shard_path}")
-        _stat_size(join(root, METADATA_NAME))
+        metadata_bytes = files.check_file(join(root, METADATA_NAME), inside).st_size
         if manifest.checksums is not None:
             sidecar = join(root, manifest.checksums.file)
-            if _stat_size(sidecar) != manifest.sample_count * CHECKSUM_ROW_BYTES:
+            if files.check_file(sidecar, inside).st_size != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
         identity: tuple[int, ...] = (
             manifest_st.st_dev,
@@ -154,9 +180,10 @@ class CacheHandle:
             index_st.st_mtime_ns,
         )
         if manifest.dictionary is not None:
+            files.check_file(join(root, manifest.dictionary.file), inside)
             _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
             identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
-        return cls(Path(local), manifest, identity, remote)
+        return cls(Path(local), manifest, identity, remote, memory_limit_bytes, metadata_bytes)
 
     @property
     def sample_count(self) -> int:
@@ -253,9 +280,16 @@ class CacheHandle:
         """Decode metadata.arrow and check it against the manifest (schema, kinds, row count).
 
         Columns are returned in manifest (sorted) order, strings normalised to utf8, null-free
-        columns required. The whole file is read into memory and the file closed.
-        `validating=True` (validate_cache) words a kind mismatch as dataset-rt's validator does
-        ("metadata 'x' is not float"); otherwise as its lazy decoder ("does not match manifest schema").
+        columns required. The whole file is read into memory (within the size stat'ed at open)
+        and the file closed. `validating=True` (validate_cache) words a kind mismatch as
+        dataset-rt's validator does ("metadata 'x' is not float"); otherwise as its lazy decoder
+        ("does not match manifest schema").
+
+        Nothing is decoded before it is sized (format/arrow_ipc.py): the schema is checked
+        against the manifest from the footer, then the file's record batches may declare at most
+        sample_count rows (else the row-count error), each compressed buffer at most what its
+        column's rows need (ArrowFormatError naming the column), and the file plus every buffer
+        decoding allocates at most `memory_limit_bytes` (ResourceLimitError naming the file).
 
         Framing faults follow dataset-rt 0.4.8 (checked against it): fewer than 10 bytes, no leading
         ARROW1 magic, or a footer length of 0 or past the file is CacheFormatError "invalid metadata
@@ -267,13 +301,13 @@ class CacheHandle:
         import pyarrow as pa  # lazily: reader worker processes never decode metadata.arrow
         import pyarrow.ipc as ipc
 
+        from datasetrt.format import arrow_ipc
+
         arrow_kind = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}
         string_types = (pa.string(), pa.large_string(), pa.string_view())
+        limit = self.memory_limit_bytes or _fallback_limit_bytes()
         path = self._local(METADATA_NAME, None, self.manifest.metadata_sha256)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise _io_error(exc, path) from None
+        data = self._read_metadata_file(path, limit)
         if len(data) < 10 or data[:6] != b"ARROW1":
             raise CacheFormatError(f"invalid metadata Arrow footer: {path}")
         if data[-6:] != b"ARROW1":
@@ -284,28 +318,49 @@ class CacheHandle:
         if footer_len == 0 or footer_len > len(data) - 18:
             raise CacheFormatError(f"invalid metadata Arrow footer: footer length {footer_len}: {path}")
         try:
-            table = ipc.open_file(pa.py_buffer(data)).read_all()
-            names = table.column_names  # decoded here: a name that is not UTF-8 is a UnicodeDecodeError
+            reader = ipc.open_file(pa.py_buffer(data))  # the footer and schema only: no batch is read
+            fields = {f.name: f.type for f in reader.schema}  # a name that is not UTF-8 is a UnicodeDecodeError
+            n_fields = len(reader.schema)
         except (pa.ArrowException, OSError, ValueError) as exc:
             raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
         schema = self.manifest.metadata_schema
-        if table.num_columns != len(schema):
+        if n_fields != len(schema):
             raise CacheFormatError(f"metadata batch column count does not match manifest: {path}")
-        columns = []
         for name, kind in schema:
-            if name not in names:
+            if name not in fields:
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
-            column = table.column(name)
-            if kind == "string":
-                ok = column.type in string_types
-                if ok and column.type != pa.string():
-                    column = column.cast(pa.string())
-            else:
-                ok = column.type == arrow_kind[kind]
+            ok = fields[name] in string_types if kind == "string" else fields[name] == arrow_kind[kind]
             if not ok:
                 if validating:
                     raise CacheFormatError(f"metadata '{name}' is not {kind}: {path}")
                 raise CacheFormatError(f"metadata column '{name}' does not match manifest schema: {path}")
+        try:
+            batches = arrow_ipc.scan(data, footer_len)
+        except arrow_ipc.IpcStructureError as exc:
+            raise ArrowFormatError(f"Arrow error: Invalid: {exc}: {path}") from None
+        layout = [(f.name, str(f.type)) for f in reader.schema]
+        fault, allocated = arrow_ipc.check_sizes(batches, layout, self.sample_count)
+        if fault is not None and fault.kind == "rows":
+            raise CacheFormatError(
+                f"metadata row count for cache {self.path} expected {self.sample_count}, got at least {fault.rows} "
+                f"(metadata row count does not match manifest): {path}"
+            )
+        if fault is not None:
+            raise ArrowFormatError(f"Arrow error: Invalid: {fault.detail}: {path}")
+        if len(data) + allocated > limit:
+            raise ResourceLimitError(
+                f"metadata.arrow's compressed buffers declare {allocated} decoded bytes, which with the file's "
+                f"{len(data)} exceed the memory limit of {limit} bytes (ReaderConfig.memory_limit_bytes): {path}"
+            )
+        try:
+            table = reader.read_all()
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise ArrowFormatError(f"Arrow error: {exc}: {path}") from None
+        columns = []
+        for name, kind in schema:
+            column = table.column(name)
+            if kind == "string" and column.type != pa.string():
+                column = column.cast(pa.string())
             if column.null_count:
                 raise CacheFormatError(f"metadata column '{name}' contains null: {path}")
             columns.append(column)
@@ -320,22 +375,40 @@ class CacheHandle:
             raise IntegrityError(f"checksum mismatch for {path}")
         return pa.table(columns, names=[n for n, _ in schema])
 
+    def _read_metadata_file(self, path: Path, limit: int) -> bytes:
+        """metadata.arrow's bytes: a regular file of the size stat'ed at open (any size, for a
+        handle made without `open`), at most `limit` bytes (ResourceLimitError)."""
+        size = self.metadata_bytes if self.remote is None else None  # (a mirror's file may be fetched again)
+        try:
+            st_size = os.stat(path).st_size if size is None else size
+        except OSError as exc:
+            raise CacheIOError.from_os(exc, path) from None
+        if st_size > limit:
+            raise ResourceLimitError(
+                f"metadata.arrow is {st_size} bytes, over the memory limit of {limit} bytes "
+                f"(ReaderConfig.memory_limit_bytes): {path}"
+            )
+        data, _st = files.read_regular(path, size=size, max_bytes=limit, what="metadata.arrow")
+        return data
+
     # -- deep validation --------------------------------------------------------------------
 
     def validate_deep(self) -> None:
-        """validate_cache=True: every sha256, metadata decode and schema, every index entry in range."""
+        """validate_cache=True: every sha256, metadata decode and schema, every index entry in range.
+        Each file is hashed within the size it was declared or stat'ed at open (format/files.py)."""
         import numpy as np
 
         m = self.manifest
-        _check_sha256(self._local(METADATA_NAME, None, m.metadata_sha256), m.metadata_sha256)
-        _check_sha256(self._local(INDEX_NAME, m.sample_count * INDEX_ROW_BYTES, m.index_sha256), m.index_sha256)
+        meta = self._local(METADATA_NAME, None, m.metadata_sha256)
+        _check_sha256(meta, m.metadata_sha256, self.metadata_bytes if self.remote is None else None)
+        index_bytes = m.sample_count * INDEX_ROW_BYTES
+        _check_sha256(self._local(INDEX_NAME, index_bytes, m.index_sha256), m.index_sha256, index_bytes)
         for k, shard in enumerate(m.shards):  # a remote cache's shards are fetched (once per node) to be hashed
-            _check_sha256(self.shard_path(k), shard.sha256)
+            _check_sha256(self.shard_path(k), shard.sha256, shard.byte_len)
         if m.checksums is not None:
             sidecar = m.checksums
-            _check_sha256(
-                self._local(sidecar.file, m.sample_count * CHECKSUM_ROW_BYTES, sidecar.sha256), sidecar.sha256
-            )
+            sidecar_bytes = m.sample_count * CHECKSUM_ROW_BYTES
+            _check_sha256(self._local(sidecar.file, sidecar_bytes, sidecar.sha256), sidecar.sha256, sidecar_bytes)
         self.codec_state()  # the dictionary: size, sha256, id, and loaded by the codec library
         self.read_metadata(validating=True)
         index = self.index_array()
@@ -388,15 +461,10 @@ def _spec_text(form: tuple | None) -> str:
     return "untyped" if form is None else f"payload spec {describe(*form)}"
 
 
-def _check_sha256(path: Path, expected: str) -> None:
-    import hashlib
-
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(HASH_CHUNK_BYTES):
-                digest.update(chunk)
-    except OSError as exc:
-        raise _io_error(exc, path) from None
-    if digest.hexdigest() != expected:
+def _check_sha256(path: Path, expected: str, size: int | None) -> None:
+    """IntegrityError unless regular file `path` of `size` bytes (None: its stat size) hashes to
+    `expected`; at most that many bytes are read (format/files.py)."""
+    if size is None:
+        size = _stat(os.fspath(path)).st_size
+    if files.sha256_regular(path, size) != expected:
         raise IntegrityError(f"checksum mismatch for {path}")

@@ -51,7 +51,14 @@ from datasetrt.format import envelope
 from datasetrt.format.blocks import Blocks
 from datasetrt.format.layout import STAGING_DIR
 from datasetrt.format.profile import StageProfile, write_profile
-from datasetrt.format.publish import Publisher, Staged, Staging, io_error_message, remove_empty_staging_root
+from datasetrt.format.publish import (
+    Publisher,
+    Staged,
+    Staging,
+    confirm_published,
+    io_error_message,
+    remove_empty_staging_root,
+)
 from datasetrt.format.results import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from datasetrt.format.shards import StagedCache
 from datasetrt.format.typed import TypedPayloads
@@ -117,16 +124,26 @@ class SourceWriter:
     KeyboardInterrupt and SystemExit propagate after the staging dir is removed.
     """
 
-    def __init__(self, base: Path, config: WriterConfig, pool: Executor | None, progress: Any) -> None:
+    def __init__(
+        self, base: Path, config: WriterConfig, pool: Executor | None, progress: Any, if_exists: str = "error"
+    ) -> None:
         self.base = base
         self.config = config
         self.pool = pool
         self.progress = progress
+        self.if_exists = if_exists  # format/overwrite.py: other than "error", a taken name is staged too
 
-    def stage(self, source: Any, name: str, profile: StageProfile) -> CacheWriteError | Staged:
+    def stage(self, source: Any, name: str, profile: StageProfile) -> CacheWriteResult | Staged:
+        """The staged cache, or the source's result when it is decided without staging: an error,
+        or the cache an earlier write published without confirming its rename durable
+        (`publish.confirm_published`: the source is not read again)."""
         target = self.base / name
         staging = Staging(self.base, name)
         if os.path.lexists(target):
+            confirmed = confirm_published(self.base, name, target)
+            if confirmed is not None and self.if_exists != "replace":
+                return confirmed
+        if self.if_exists == "error" and os.path.lexists(target):
             staging.drop_if_stale()
             return CacheWriteError(name, f"cache path already exists: {target.absolute()}")
         try:
@@ -215,13 +232,15 @@ def write_sources(
     reuse_existing: bool = False,
     check_reused: Any = None,
     profiles: list[tuple[str, StageProfile]] | None = None,
+    if_exists: str = "error",
 ) -> tuple[list[CacheWriteResult], list[tuple[str, StageProfile]]]:
     """Write each source in order; per-source failures are values and later sources continue.
 
     `check_reused(name, path) -> str | None` validates an existing cache when `reuse_existing`
     (None = fine, else the error message). `profiles`, when given, is filled in place as each
     source starts (so a caller still has the finished and the interrupted sources' profiles
-    when KeyboardInterrupt/SystemExit propagates) and is the list returned.
+    when KeyboardInterrupt/SystemExit propagates) and is the list returned. `if_exists` is what
+    a source whose name is taken does (format/overwrite.py; "error" is dataset-rt's).
     """
     if profiles is None:
         profiles = []
@@ -238,24 +257,27 @@ def write_sources(
     except OSError as exc:  # e.g. permission denied on base or a parent: every source fails alike
         msg = str(CacheIOError.from_os(exc, base))
         return [CacheWriteError(source_label(s, i)[0], msg) for i, s in enumerate(sources)], []
-    writer = SourceWriter(base, config, pool, progress)
+    writer = SourceWriter(base, config, pool, progress, if_exists)
     results: list[CacheWriteResult | None] = []
-    publisher = Publisher(base, results)
+    publisher = Publisher(base, results, if_exists)
     try:
         for position, source in enumerate(sources):
             label, problem = source_label(source, position, base)
             if problem is not None:
                 results.append(CacheWriteError(label, problem))
             elif reuse_existing and os.path.lexists(base / label):
-                Staging(base, label).drop_if_stale()
+                confirmed = confirm_published(base, label, base / label)
+                if confirmed is None:
+                    Staging(base, label).drop_if_stale()
                 problem = check_reused(label, base / label) if check_reused is not None else None
-                results.append(CacheWriteError(label, problem) if problem else CacheWriteSuccess(label, base / label))
+                reused = confirmed or CacheWriteSuccess(label, base / label)
+                results.append(CacheWriteError(label, problem) if problem else reused)
             else:
                 profile = StageProfile(config.profiler.enabled)
                 profiles.append((label, profile))
                 publisher.begin()
                 staged = writer.stage(source, label, profile)
-                results.append(staged if isinstance(staged, CacheWriteError) else None)
+                results.append(None if isinstance(staged, Staged) else staged)
                 if isinstance(staged, Staged):
                     publisher.add(position, staged)
             if progress is not None:

@@ -46,13 +46,25 @@ from typing import Any
 import pyarrow as pa
 
 from datasetrt.dataset.runtime import CacheSourcesDatasetError, DatasetRuntime
-from datasetrt.errors import ArgumentTypeError, ConfigError, SourceError
+from datasetrt.errors import ArgumentTypeError, ConfigError, MissingExtraError, SourceError
 from datasetrt.format.results import CacheWriteError, CacheWriteSuccess
 from datasetrt.sources import Columns, RecordBatchSource
 from datasetrt.storage.urls import parse_location
 from datasetrt.values.config import DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
 
 DEFAULT_MAX_RETRIES = 3
+MISSING_RAY = "datasetrt.ray.write_caches requires Ray Data to be installed: pip install 'datasetrt[ray]'"
+
+
+def _import_ray() -> Any:
+    """The `ray` module with `ray.data` loaded; `MissingExtraError(MISSING_RAY)` (an ImportError)
+    when either cannot be imported."""
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise MissingExtraError(MISSING_RAY) from exc
+    return ray
 
 
 @dataclass(frozen=True)
@@ -101,8 +113,7 @@ def write_caches(
     retried up to `max_retries` times when its worker dies. Per-group failures are values in
     `results`; the build goes on with the other groups.
     """
-    import ray
-
+    ray = _import_ray()
     if not isinstance(dataset, ray.data.Dataset):
         raise ArgumentTypeError(f"dataset must be a ray.data.Dataset, got {type(dataset).__name__}")
     columns = Columns.of(columns, payload, metadata, rename, payload_spec, index_column)

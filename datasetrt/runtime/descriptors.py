@@ -298,13 +298,15 @@ class DescriptorBudget:
         reader.lru[k] = None
 
     def _open_file(self, path: str) -> int:
+        # O_NONBLOCK: a shard replaced by a FIFO after the cache opened fails its read (pread on a
+        # pipe) instead of blocking in open(); it changes nothing for a regular file.
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as exc:
             if exc.errno not in _OUT_OF_FDS:
                 raise
         self._evict(self._open)  # the program used its headroom: give back every unpinned fd
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
 
     def _evict(self, wanted: int) -> bool:
         """Close least recently used, unpinned caches until `wanted` descriptors were closed

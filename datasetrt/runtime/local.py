@@ -23,6 +23,7 @@ from datasetrt.errors import ResourceLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.descriptors import DescriptorBudget
 from datasetrt.runtime.gatherer import Gatherer
+from datasetrt.runtime.memory import default_memory_limit_bytes
 from datasetrt.values.payloads import PayloadCheck
 
 INITIAL_OUT_BYTES = 4 << 20
@@ -51,12 +52,23 @@ class Chunk:
 
 class LocalReader(Gatherer):
     """A `Gatherer` with its own growable buffer, for reads outside a window (`read_chunk`), and
-    the recycled buffers of in-process batches (`batch_buffers`)."""
+    the recycled buffers of in-process batches (`batch_buffers`).
+
+    Memory: a gather reports the bytes a record needs (stored, before it is read; decoded as its
+    codec declares, before it is decoded) instead of reading what does not fit, and no buffer
+    is grown past `memory_limit_bytes` (default: runtime/memory.py's): a record that alone needs
+    more is a ResourceLimitError naming the cache and sample, before anything is allocated."""
 
     def __init__(
-        self, handles: Sequence[CacheHandle], *, verify_records: bool = True, budget: DescriptorBudget | None = None
+        self,
+        handles: Sequence[CacheHandle],
+        *,
+        verify_records: bool = True,
+        budget: DescriptorBudget | None = None,
+        memory_limit_bytes: int | None = None,
     ) -> None:
         super().__init__(handles, verify_records=verify_records, budget=budget)
+        self.memory_limit_bytes = memory_limit_bytes or default_memory_limit_bytes()
         self._out: np.ndarray = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
         # In-process batch buffers of this reader (one per thread and process, as the reader),
         # kept across iterators: a new epoch gathers into the last one's buffers instead of
@@ -101,7 +113,7 @@ class LocalReader(Gatherer):
                 data_off[pos : pos + done] += used
                 pos, used = pos + done, used + more
             else:
-                bigger = _grown(buf, used + max(need, 1))
+                bigger = _grown(buf, used + max(need, 1), self._limit(need, cache_pos[pos], sample_id[pos]))
                 bigger[:used] = buf[:used]
                 buf = bigger
         if own:
@@ -113,6 +125,18 @@ class LocalReader(Gatherer):
             first, n, buf, json_off, json_len, data_off, data_len, cache_pos, sample_id, np.asarray(row, dtype=np.int64)
         )
 
+    def _limit(self, need: int, cache_pos: int, sample_id: int) -> int:
+        """The most a gather buffer may grow to, once a record that alone needs `need` bytes is
+        known to fit the memory limit (ResourceLimitError naming it otherwise)."""
+        limit = self.memory_limit_bytes
+        if need > limit:
+            handle = self.handles[int(cache_pos)]
+            raise ResourceLimitError(
+                f"record needs {need} bytes (stored, or decoded as its codec declares), over the memory limit "
+                f"of {limit} bytes (ReaderConfig.memory_limit_bytes): {handle.source} sample {int(sample_id)}"
+            )
+        return limit
+
 
 def _record_offsets(n: int) -> np.ndarray:
     """Uninitialised (json_off, json_len, data_off, data_len) int64 rows of n entries (one
@@ -120,15 +144,15 @@ def _record_offsets(n: int) -> np.ndarray:
     return np.empty((4, n), dtype=np.int64)
 
 
-def _grown(out: np.ndarray, need: int) -> np.ndarray:
-    """A gather buffer that holds `need` bytes (at least twice `out`)."""
+def _grown(out: np.ndarray, need: int, limit: int) -> np.ndarray:
+    """A gather buffer that holds `need` bytes (twice `out` when that is more, up to `limit`)."""
     try:
-        return np.empty(max(need, 2 * len(out)), dtype=np.uint8)
+        return np.empty(max(need, min(2 * len(out), limit)), dtype=np.uint8)
     except MemoryError:
         raise ResourceLimitError(f"cannot allocate a {need}-byte read buffer for one record") from None
 
 
-def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> Generator[Chunk, None, None]:
+def local_chunks(reader: LocalReader, window, block_rows: int, start: int = 0) -> Generator[Chunk, None, None]:
     """Chunks of `window` from position `start` on, read in this process, in window order (the
     runtime=None path, and a parallel run's head while its workers start). `window` is anything
     with `length`, `rows(first, count)` and `population.resolve(rows)` (a planner Window, or a
@@ -151,7 +175,7 @@ def local_chunks(reader: Gatherer, window, block_rows: int, start: int = 0) -> G
                 cache_pos[pos:], sample_id[pos:], out, json_off[pos:], json_len[pos:], data_off[pos:], data_len[pos:]
             )
             if done == 0:
-                out = _grown(out, need)
+                out = _grown(out, need, reader._limit(need, cache_pos[pos], sample_id[pos]))
                 continue
             end = pos + done
             yield Chunk(
@@ -273,7 +297,7 @@ _NO_JSON = np.empty(0, dtype=np.int64)
 
 
 def read_packed(
-    reader: Gatherer,
+    reader: LocalReader,
     cache_pos: np.ndarray,
     sample_id: np.ndarray,
     row: np.ndarray,
@@ -283,10 +307,10 @@ def read_packed(
 ) -> PackedBatch:
     """Gather rows (cache_pos int64, sample_id uint64; population rows `row`) as one batch in its
     final layout into a private buffer of `buffers`, in this process. A buffer that turns out too
-    small (compressed payloads larger than planned) is replaced by a larger one and the batch
-    gathered again. The arrays are the batch's own."""
+    small (compressed payloads larger than planned) is replaced by a larger one, up to the
+    reader's memory limit, and the batch gathered again. The arrays are the batch's own."""
     n = len(cache_pos)
-    out = buffers.take(shape.buffer_bytes(n))
+    out = buffers.take(min(shape.buffer_bytes(n), reader.memory_limit_bytes))
     offsets = np.empty(n + 1, dtype=np.int64)
     json_off, json_len = (
         (np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)) if shape.keep_json else (_NO_JSON, _NO_JSON)
@@ -297,7 +321,15 @@ def read_packed(
         )
         if done == n:
             break
-        out = buffers.take(max(2 * len(out), used + need * (n - done)))
+        limit = reader._limit(need, cache_pos[done], sample_id[done])
+        size = min(max(2 * len(out), used + need * (n - done)), limit)
+        if size <= len(out):  # the batch needs a buffer larger than the limit allows
+            raise ResourceLimitError(
+                f"a batch of {n} rows needs more than {len(out)} bytes, and the memory limit is {limit} bytes "
+                f"(ReaderConfig.memory_limit_bytes); it outgrew that at row {done}: "
+                f"{reader.handles[int(cache_pos[done])].source} sample {int(sample_id[done])}"
+            )
+        out = buffers.take(size)
     keep = shape.keep_json
     return PackedBatch(
         first, n, out, offsets, cache_pos, sample_id, row, True, json_off if keep else None, json_len if keep else None
@@ -305,7 +337,7 @@ def read_packed(
 
 
 def local_batches(
-    reader: Gatherer, window, shape: BatchShape, start: int = 0, buffers: BufferPool | None = None
+    reader: LocalReader, window, shape: BatchShape, start: int = 0, buffers: BufferPool | None = None
 ) -> Generator[PackedBatch, None, None]:
     """Batches of `window` from position `start` (a batch boundary) on, gathered in this process
     straight into private buffers in their final layout (no second copy), in window order: the

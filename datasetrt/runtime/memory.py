@@ -29,6 +29,7 @@ from datasetrt.errors import ResourceLimitError
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/memory.max")
 CGROUP_V1_LIMIT = Path("/sys/fs/cgroup/memory/memory.limit_in_bytes")
 SHM_DIR = Path("/dev/shm")
+MEMINFO = Path("/proc/meminfo")
 
 
 def _read_limit(path: Path) -> int | None:
@@ -45,6 +46,32 @@ def _read_limit(path: Path) -> int | None:
     return value if value < (1 << 60) else None  # v1 reports "unlimited" as a huge number
 
 
+def _memory_cgroups(proc_cgroup: Path, root: Path) -> list[tuple[Path, bool]]:
+    """The memory-controller directories of this process's cgroup and each of its ancestors, as
+    (directory, is_v2), from the paths /proc/self/cgroup names (v2 unified and v1 memory)."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    nodes: list[tuple[Path, bool]] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, rel = rest.partition(":")
+        if hierarchy == "0" and controllers == "":  # cgroup v2 unified hierarchy
+            base, v2 = root, True
+        elif "memory" in controllers.split(","):  # cgroup v1 memory controller
+            base, v2 = root / "memory", False
+        else:
+            continue
+        node = base / rel.lstrip("/")
+        while True:
+            nodes.append((node, v2))
+            if node == base or base not in node.parents:
+                break
+            node = node.parent
+    return nodes
+
+
 def cgroup_limit_bytes(
     proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
 ) -> int | None:
@@ -53,27 +80,10 @@ def cgroup_limit_bytes(
     Reads this process's own cgroup path from /proc/self/cgroup, so a nested container limit
     is found, not only the one at the mount root. None when unlimited or unknown."""
     limits: list[int] = []
-    try:
-        lines = proc_cgroup.read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, rel = rest.partition(":")
-        if hierarchy == "0" and controllers == "":  # cgroup v2 unified hierarchy
-            base, name = root, "memory.max"
-        elif "memory" in controllers.split(","):  # cgroup v1 memory controller
-            base, name = root / "memory", "memory.limit_in_bytes"
-        else:
-            continue
-        node = base / rel.lstrip("/")
-        while True:
-            value = _read_limit(node / name)
-            if value is not None:
-                limits.append(value)
-            if node == base or base not in node.parents:
-                break
-            node = node.parent
+    for node, v2 in _memory_cgroups(proc_cgroup, root):
+        value = _read_limit(node / ("memory.max" if v2 else "memory.limit_in_bytes"))
+        if value is not None:
+            limits.append(value)
     for path in (CGROUP_V2_MAX, CGROUP_V1_LIMIT):  # the mount root: the first file present decides
         if path.exists():
             value = _read_limit(path)
@@ -81,6 +91,48 @@ def cgroup_limit_bytes(
                 limits.append(value)
             break
     return min(limits) if limits else None
+
+
+def reservable_bytes(
+    meminfo: Path = MEMINFO, proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")
+) -> int | None:
+    """Shared memory the kernel can give a reservation now (a ring's memfd pages are shmem: RAM,
+    or swap): MemAvailable + SwapFree of /proc/meminfo, and at most, in every memory cgroup of
+    this process and its ancestors that has a limit, that limit minus its usage plus the file
+    cache reclaim would free (active + inactive file pages). None when nothing is known.
+
+    Past it a reservation does not fail cleanly: it waits on reclaim, then the OOM killer picks a
+    process of the machine or of the cgroup. (Under strict overcommit, vm.overcommit_memory=2,
+    the reservation itself fails with ENOSPC.)"""
+    room: int | None = None
+    fields = _read_fields(meminfo)
+    if "MemAvailable" in fields:
+        room = (fields["MemAvailable"] + fields.get("SwapFree", 0)) * 1024  # kB
+    for node, v2 in _memory_cgroups(proc_cgroup, root):
+        limit = _read_limit(node / ("memory.max" if v2 else "memory.limit_in_bytes"))
+        usage = _read_limit(node / ("memory.current" if v2 else "memory.usage_in_bytes"))
+        if limit is None or usage is None:
+            continue
+        stat = _read_fields(node / "memory.stat")
+        prefix = "" if v2 else "total_"  # v1: the hierarchical counters
+        reclaimable = stat.get(f"{prefix}active_file", 0) + stat.get(f"{prefix}inactive_file", 0)
+        headroom = max(0, limit - usage + reclaimable)
+        room = headroom if room is None else min(room, headroom)
+    return room
+
+
+def _read_fields(path: Path) -> dict[str, int]:
+    """`name value` (or `Name: value kB`) lines of a /proc or cgroup stat file; {} when unreadable."""
+    out: dict[str, int] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
 
 
 def available_memory_bytes() -> int:

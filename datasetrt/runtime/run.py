@@ -61,11 +61,20 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
     )
 
 
+# Index rows `planned_record_bytes` reads per cache at most (24 MiB of index.bin), in this many
+# evenly spread blocks when a cache has more: planning costs what it reads, never what a manifest's
+# sample_count claims (a sparse index.bin of terabytes is as quick to plan for as a small one).
+PLAN_SCAN_ROWS = 1 << 20
+PLAN_SCAN_BLOCKS = 16
+
+
 def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
-    """Record size the ring is planned for: the largest stored record over all caches (one
-    vectorised pass over each index) or, for compressed caches, twice the largest average decoded
-    payload (manifest uncompressed_byte_len / sample_count), if larger. A record that decodes
-    bigger still fits: its task splits, or the parent reads it in-process."""
+    """Record size the ring is planned for: the largest stored record over all caches (a
+    vectorised pass over each index, or over PLAN_SCAN_ROWS rows of it in PLAN_SCAN_BLOCKS
+    evenly spread blocks when it has more) or, for compressed caches, twice the largest average
+    decoded payload (manifest uncompressed_byte_len / sample_count), if larger. A record that
+    decodes bigger, or a larger one the scan did not see, still fits: its task splits, or the
+    parent reads it in-process. O(caches x min(sample_count, PLAN_SCAN_ROWS))."""
     largest = 0
     for handle in handles:
         if handle.sample_count and any(s.algo != "none" for s in handle.manifest.shards):
@@ -75,8 +84,18 @@ def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
         if handle.sample_count:
             # A hostile index length is the gather kernel's to refuse; size by what can exist.
             biggest_shard = max((s.byte_len for s in handle.manifest.shards), default=0)
-            largest = max(largest, min(int(handle.index_array()[:, 2].max()), biggest_shard))
+            largest = max(largest, min(_largest_stored(handle.index_array()), biggest_shard))
     return largest
+
+
+def _largest_stored(index: np.ndarray) -> int:
+    """The largest byte_len among the scanned rows of `index` (n x 3 uint64, n > 0)."""
+    rows = len(index)
+    if rows <= PLAN_SCAN_ROWS:
+        return int(index[:, 2].max())
+    block = PLAN_SCAN_ROWS // PLAN_SCAN_BLOCKS
+    starts = np.linspace(0, rows - block, PLAN_SCAN_BLOCKS).astype(np.int64)
+    return max(int(index[start : start + block, 2].max()) for start in starts.tolist())
 
 
 @dataclass(frozen=True)

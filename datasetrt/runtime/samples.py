@@ -88,16 +88,19 @@ class SampleBuilder:
         return metas
 
     def _parse(self, jsons: list[str], cache_pos: np.ndarray, sample_id: np.ndarray) -> list[dict]:
-        """Embedded JSON texts -> dicts (keys already sorted on disk). Typed error naming the sample."""
+        """Embedded JSON texts -> dicts (keys already sorted on disk). Typed error naming the
+        sample for anything json.loads refuses: malformed text, nesting past the recursion
+        limit, an integer with more digits than Python converts (`sys.get_int_max_str_digits`,
+        a plain ValueError)."""
         loads = json.loads
         try:
             metas = list(map(loads, jsons))
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError includes json.JSONDecodeError
             metas = []
             for i, text in enumerate(jsons):
                 try:
                     metas.append(loads(text))
-                except (json.JSONDecodeError, RecursionError) as exc:
+                except (ValueError, RecursionError) as exc:
                     raise RecordJSONError(
                         f"JSON error: {exc}: {self._labels[int(cache_pos[i])]} sample {int(sample_id[i])}"
                     ) from None

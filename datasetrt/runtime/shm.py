@@ -12,6 +12,15 @@ whichever process goes last and however it ends (exit, exception, SIGTERM, SIGKI
 Nothing is registered with the `multiprocess` resource tracker (the zygote is spawned without
 one: `launch._LeanSpawnPopen`).
 
+Reservation: a file's pages are reserved when it is created (posix_fallocate), after checking
+its size against what the kernel can give now (`memory.reservable_bytes`: available memory and
+swap, within the memory cgroup's limit), because past that the reservation does not fail: the
+OOM killer ends some process. A refusal, a failed reservation or mapping is a
+`ResourceLimitError` naming the sizes; running out of descriptors (EMFILE, ENFILE) gives back
+the process's unused shard descriptors (`descriptors.BUDGET.relieve`) and tries once more, then
+is a `CacheIOError` whose `errno` says which. Memfds are not in /dev/shm and its size does not
+limit them.
+
 `sweep_stale_runs()` (at every pool launch) is the backstop for `/dev/shm/datasetrt-<pid>-*`
 directories that releases before this one created (one per run, named, removed by the parent):
 it removes those whose owner pid is gone.
@@ -19,15 +28,18 @@ it removes those whose owner pid is gone.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
+import resource
 import shutil
 import socket
 from pathlib import Path
 
-from datasetrt.errors import ResourceLimitError, os_error_text
-from datasetrt.runtime.memory import SHM_DIR
+from datasetrt.errors import CacheIOError, ResourceLimitError, os_error_text
+from datasetrt.runtime.descriptors import BUDGET
+from datasetrt.runtime.memory import SHM_DIR, reservable_bytes
 
 RUN_PREFIX = "datasetrt-"
 _RUN_RE = re.compile(r"^datasetrt-(\d+)-[0-9a-f]+$")
@@ -53,8 +65,20 @@ def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
 def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
     """An anonymous shared file of `size` bytes with its pages reserved (posix_fallocate: a typed
     error now, not SIGBUS later), mapped read-write: (mapping, descriptor). The caller owns the
-    descriptor (close it once no worker needs it any more); `what` names it in /proc maps."""
-    fd = os.memfd_create(f"{RUN_PREFIX}{os.getpid()}-{what}", os.MFD_CLOEXEC)
+    descriptor (close it once no worker needs it any more); `what` names it in /proc maps.
+
+    Refused before anything is reserved when `size` exceeds what the kernel can give now
+    (ResourceLimitError); a descriptor shortage is a CacheIOError (module docstring)."""
+    label = f"{RUN_PREFIX}{os.getpid()}-{what}"
+    if size:
+        room = reservable_bytes()
+        if room is not None and size > room:
+            raise ResourceLimitError(
+                f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: the kernel "
+                f"can give {room / 2**20:.1f} MiB now (available memory and swap, within the memory cgroup's "
+                "limit); lower prefetch_size / num_workers, or free memory"
+            )
+    fd = _memfd(label)
     try:
         if size:
             try:
@@ -64,10 +88,45 @@ def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
                     f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
                     f"{os_error_text(exc)}; lower prefetch_size / num_workers"
                 ) from None
-        return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
+        try:
+            return mmap.mmap(fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
+        except OSError as exc:
+            raise ResourceLimitError(
+                f"cannot map {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
+                f"{os_error_text(exc)}; lower prefetch_size / num_workers"
+            ) from None
     except BaseException:
         os.close(fd)
         raise
+
+
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+
+
+def _memfd(label: str) -> int:
+    """memfd_create(label); out of descriptors, once more after the process's unused shard
+    descriptors are closed. CacheIOError (path `memfd:<label>`) when it still fails."""
+    for attempt in (0, 1):
+        try:
+            return os.memfd_create(label, os.MFD_CLOEXEC)
+        except OSError as exc:
+            if attempt == 0 and exc.errno in _OUT_OF_FDS:
+                BUDGET.relieve()
+                continue
+            raise CacheIOError.from_os(exc, f"memfd:{label}", _memfd_hint(exc)) from None
+    raise AssertionError("unreachable")
+
+
+def _memfd_hint(exc: OSError) -> str:
+    if exc.errno == errno.EMFILE:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"cannot create the reader's shared memory: this process has no descriptor left (RLIMIT_NOFILE "
+            f"soft limit {soft}, after closing unused shard files); raise `ulimit -n` or close descriptors"
+        )
+    if exc.errno == errno.ENFILE:
+        return "cannot create the reader's shared memory: the system's file table is full (fs.file-max)"
+    return "cannot create the reader's shared memory"
 
 
 def attach_shared_memory(fd: int, writable: bool) -> mmap.mmap:

@@ -190,7 +190,11 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 reader = readers.pop(caches.key, None)
                 if reader is None:
                     remotes = caches.remotes or (None,) * len(caches.cache_dirs)
-                    handles = [CacheHandle.open(p, remote=r) for p, r in zip(caches.cache_dirs, remotes)]
+                    # The parent applied the symbolic-link rule when it opened them (its reader
+                    # config may allow external links); every file is checked again here.
+                    handles = [
+                        CacheHandle.open(p, remote=r, external_links=True) for p, r in zip(caches.cache_dirs, remotes)
+                    ]
                     for handle, expected in zip(handles, caches.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")

@@ -15,17 +15,25 @@ cumulative sums — never O(T) nor O(rows x repeats).
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Callable
 
 import numpy as np
 
 from datasetrt._native import perm
-from datasetrt.errors import RepeatCountError, SamplingConfigError
+from datasetrt.errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
+    ConfigError,
+    RepeatCountError,
+    SamplingConfigError,
+)
 
 EXACTLY_ONCE = ("permutation", "locality")  # the sampling modes whose integer weights are repeat counts
 DATASET_LABEL = 0  # the key label of a dataset-level order; mixture streams use stream_label(name)
 MAX_POSITIONS_PER_EPOCH = 1 << 62
 MAX_REPEAT = 1 << 53  # weights are float64: larger integers are not exact
+MAX_POSITION = (1 << 63) - 1  # a range of plan positions ends at or before this (int64)
 
 
 def stream_label(name: str) -> int:
@@ -70,7 +78,7 @@ class EpochPermutation:
     def __init__(self, seed: int, rows: int, counts: np.ndarray | None = None, *, label: int = DATASET_LABEL) -> None:
         if type(rows) is not int or rows < 1:
             raise SamplingConfigError(f"an exactly-once order needs at least one row, got {rows!r}")
-        self.seed, self.label, self.row_count = seed, label, rows
+        self.seed, self.label, self.row_count = _u64("seed", seed), _u64("label", label), rows
         if counts is None:
             self.ends = None
             self.positions_per_epoch = rows
@@ -91,7 +99,9 @@ class EpochPermutation:
         return cls(seed, len(weights), repeat_counts(weights, identify), label=label)
 
     def rows(self, first: int, count: int) -> np.ndarray:
-        """Population rows (int64) of plan positions [first, first+count)."""
+        """Population rows (int64) of plan positions [first, first+count): ints >= 0 with
+        first + count <= 2**63 - 1 (else ConfigError / ArgumentOverflowError naming the argument)."""
+        first, count = _position_range(first, count)
         if self.ends is None:
             return perm.permuted(self.seed, self.label, self.row_count, first, count)
         return perm.permuted_repeats(self.seed, self.label, self.ends, first, count)
@@ -104,3 +114,35 @@ class EpochPermutation:
         return (
             f"EpochPermutation(rows={self.row_count}, positions_per_epoch={self.positions_per_epoch}, seed={self.seed})"
         )
+
+
+def _integer(name: str, value: object) -> int:
+    """`value` as a Python int (numpy integers included); ArgumentTypeError for anything else."""
+    if isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ArgumentTypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
+def _u64(name: str, value: object) -> int:
+    """A seed or key label: an int in [0, 2**64) (SamplingConfigError otherwise, as MixturePlan's)."""
+    number = _integer(name, value)
+    if not 0 <= number < 1 << 64:
+        raise SamplingConfigError(f"{name} must be a u64, got {number!r}")
+    return number
+
+
+def _position_range(first: object, count: object) -> tuple[int, int]:
+    """(first, count) of a plan-position range: ints >= 0 (ConfigError) whose end first + count
+    is at most 2**63 - 1 (ArgumentOverflowError), the argument named in the message."""
+    first, count = _integer("first", first), _integer("count", count)
+    for name, value in (("first", first), ("count", count)):
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    if first > MAX_POSITION:
+        raise ArgumentOverflowError(f"first={first} is past the plan positions (at most 2**63 - 1)")
+    if first + count > MAX_POSITION:
+        raise ArgumentOverflowError(f"count={count} from first={first} runs past the plan positions (2**63 - 1)")
+    return first, count

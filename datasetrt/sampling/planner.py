@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import numpy as np
 
 from datasetrt._native import draws
+from datasetrt.errors import EmptyStreamError
 from datasetrt.table.catalog import CacheCatalog
 
 T = TypeVar("T")
@@ -172,8 +173,17 @@ class Window:
     length: int
 
     def rows(self, first: int, count: int) -> np.ndarray:
-        """Population rows for window positions [first, first+count)."""
+        """Population rows for window positions [first, first+count). An empty population (a
+        cache of no samples, every row filtered out) has no rows to give: no positions are
+        planned over it (EmptyStreamError for count > 0)."""
         n = len(self.population)
+        if n == 0:
+            if count > 0:
+                raise EmptyStreamError(
+                    f"cannot plan {count} positions over an empty population: the caches hold no samples "
+                    "(or no active row is left)"
+                )
+            return np.empty(0, dtype=np.int64)
         if not self.shuffle:
             return (np.arange(first, first + count, dtype=np.int64) + self.start) % n
         begin = (self.start + first) & 0xFFFFFFFFFFFFFFFF
@@ -195,10 +205,11 @@ class Window:
 
 
 def advance(shuffle: bool, position: int, length: int, n_rows: int) -> int:
-    """Dataset position after reserving a window: cursor + len mod n (ordered), or draw + len."""
+    """Dataset position after reserving a window: cursor + len mod n (ordered), or draw + len.
+    An ordered cursor over no rows stays 0 (its windows are empty: `Window.rows`)."""
     if shuffle:
         return (position + length) & 0xFFFFFFFFFFFFFFFF
-    return (position + length) % n_rows
+    return (position + length) % n_rows if n_rows else 0
 
 
 class RowPlan(Protocol):

@@ -445,6 +445,12 @@ class SegmentedPlan:
             raise SamplingStateError(
                 "sampling state is inconsistent: stream_positions do not follow from the stage start and position"
             )
+        epochs = (done // self.stream_sizes).tolist()
+        if state.get("stream_epochs") != epochs:
+            raise SamplingStateError(
+                f"sampling state is inconsistent: stream_epochs {state.get('stream_epochs')!r} do not follow "
+                f"from stream_positions (expected {epochs})"
+            )
         return segment, position
 
 

@@ -14,12 +14,13 @@ its `payload_spec` (a `datasetrt.PayloadSpec`, given or inferred from a list col
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from datasetrt.errors import ConfigError
 from datasetrt.sources.arrays import NumpySource
-from datasetrt.sources.base import BatchSource, RecordBatchSource
+from datasetrt.sources.base import BATCH_BYTES, BatchSource, RecordBatchSource
 from datasetrt.sources.columns import Columns
 from datasetrt.sources.files import (
     ARROW_SUFFIXES,
@@ -70,9 +71,23 @@ def default_name(path: str | os.PathLike) -> str:
     return name
 
 
-def open_path(path: str | os.PathLike, name: str | None = None, **columns: Any) -> BatchSource:
+def open_path(
+    path: str | os.PathLike,
+    name: str | None = None,
+    *,
+    payload: str | None = None,
+    metadata: Sequence[str] | None = None,
+    rename: Mapping[str, str] | None = None,
+    payload_spec: Any = None,
+    index_column: str | None = None,
+    batch_bytes: int = BATCH_BYTES,
+    columns: Columns | None = None,
+    column_types: Mapping[str, Any] | None = None,
+) -> BatchSource:
     """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
-    (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`."""
+    (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`; the
+    column keywords are the sources' (`Columns`); `column_types` is `JsonLinesSource`'s (JSON Lines
+    only)."""
     p = Path(path)
     cls: type[_FileSource] | None
     if p.is_dir():
@@ -87,4 +102,16 @@ def open_path(path: str | os.PathLike, name: str | None = None, **columns: Any) 
             raise ConfigError(f"{p}: unknown file type; expected *{', *'.join(s for k, _ in _KINDS for s in k)}")
     else:
         raise ConfigError(f"{p}: no such file or directory")
-    return cls(name if name is not None else default_name(p), p, **columns)
+    extra: dict[str, Any] = {} if column_types is None else {"column_types": column_types}
+    return cls(
+        name if name is not None else default_name(p),
+        p,
+        payload=payload,
+        metadata=metadata,
+        rename=rename,
+        payload_spec=payload_spec,
+        index_column=index_column,
+        batch_bytes=batch_bytes,
+        columns=columns,
+        **extra,
+    )

@@ -30,7 +30,8 @@ class NumpySource(BatchSource):
     data.dtype, (None, *inner)); offsets are cu_seqlens). A given `payload_spec` casts and reshapes
     as for list columns (see `Columns`). `metadata` maps names to 1-D arrays of length N (bool,
     int, uint, float, str). Arrays are read in slices of about `batch_bytes`, so an
-    `np.load(..., mmap_mode="r")` array is read a slice at a time. Errors name the row.
+    `np.load(..., mmap_mode="r")` array is read a slice at a time; arrays of either byte order are
+    accepted (a non-native slice is swapped as it is read). Errors name the row.
     """
 
     def __init__(
@@ -47,7 +48,7 @@ class NumpySource(BatchSource):
     ) -> None:
         if not isinstance(data, np.ndarray):
             raise ArgumentTypeError(f"data must be a numpy array, got {type(data).__name__}")
-        if data.dtype not in LEAF_DTYPES.values():
+        if data.dtype.newbyteorder("=") not in LEAF_DTYPES.values():
             raise ConfigError(f"data dtype {data.dtype} is not a number or bool dtype")
         if data.ndim == 0:
             raise ConfigError("data must have at least one dimension (one record per row)")
@@ -107,16 +108,22 @@ class NumpySource(BatchSource):
         slice's values, the metadata their arrays (zero-copy where numpy and Arrow agree)."""
         if self.offsets is None:
             values = self.data[start:stop]
-            payload = _nested(np.ascontiguousarray(values).reshape(-1), values.shape[1:])
+            payload = _nested(_native(values).reshape(-1), values.shape[1:])
         else:
             lo, hi = int(self.offsets[start]), int(self.offsets[stop])
             values = self.data[lo:hi]
-            inner = _nested(np.ascontiguousarray(values).reshape(-1), values.shape[1:], outer=False)
+            inner = _nested(_native(values).reshape(-1), values.shape[1:], outer=False)
             payload = pa.LargeListArray.from_arrays(pa.array(self.offsets[start : stop + 1] - lo), inner)
         columns = {PAYLOAD: payload}
         for key, values in self.metadata_arrays.items():
-            columns[key] = pa.array(values[start:stop])
+            columns[key] = pa.array(_native(values[start:stop]))
         return pa.RecordBatch.from_pydict(columns)
+
+
+def _native(values: np.ndarray) -> np.ndarray:
+    """`values` C-contiguous in native byte order (Arrow takes no byte-swapped array): itself
+    when it already is, else a swapped copy of this slice only."""
+    return np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
 
 
 def _nested(flat: np.ndarray, shape: tuple, outer: bool = True) -> pa.Array:

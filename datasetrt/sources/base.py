@@ -126,9 +126,30 @@ class RecordBatchSource(BatchSource):
     `first_row` (in errors and the index column): the position of this data in a larger whole."""
 
     def __init__(
-        self, name: str, data: Any, *, description: str | None = None, first_row: int = 0, **columns: Any
+        self,
+        name: str,
+        data: Any,
+        *,
+        description: str | None = None,
+        first_row: int = 0,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int = BATCH_BYTES,
+        columns: Columns | None = None,
     ) -> None:
-        super().__init__(name, **columns)
+        super().__init__(
+            name,
+            payload=payload,
+            metadata=metadata,
+            rename=rename,
+            payload_spec=payload_spec,
+            index_column=index_column,
+            batch_bytes=batch_bytes,
+            columns=columns,
+        )
         self.data = data
         self.description = description or f"Arrow data of source {name!r}"
         self.first_row = first_row

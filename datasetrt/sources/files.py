@@ -25,8 +25,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datasetrt.errors import ConfigError, SourceInputError
-from datasetrt.sources.base import BatchSource, Part, slices
-from datasetrt.sources.columns import Where
+from datasetrt.sources.base import BATCH_BYTES, BatchSource, Part, slices
+from datasetrt.sources.columns import Columns, Where
 
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
@@ -73,8 +73,29 @@ class _FileSource(BatchSource):
     SUFFIXES: tuple[str, ...] = ()
     WHAT = ""
 
-    def __init__(self, name: str, paths: PathArg, **columns: Any) -> None:
-        super().__init__(name, **columns)
+    def __init__(
+        self,
+        name: str,
+        paths: PathArg,
+        *,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int = BATCH_BYTES,
+        columns: Columns | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            payload=payload,
+            metadata=metadata,
+            rename=rename,
+            payload_spec=payload_spec,
+            index_column=index_column,
+            batch_bytes=batch_bytes,
+            columns=columns,
+        )
         self.files = list_files(paths, self.SUFFIXES, self.WHAT)
 
     def _parts(self) -> Generator[Part, None, None]:
@@ -198,9 +219,30 @@ class JsonLinesSource(_FileSource):
     WHAT = "JSON Lines"
 
     def __init__(
-        self, name: str, paths: PathArg, *, column_types: Mapping[str, pa.DataType] | None = None, **columns: Any
+        self,
+        name: str,
+        paths: PathArg,
+        *,
+        column_types: Mapping[str, pa.DataType] | None = None,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int = BATCH_BYTES,
+        columns: Columns | None = None,
     ) -> None:
-        super().__init__(name, paths, **columns)
+        super().__init__(
+            name,
+            paths,
+            payload=payload,
+            metadata=metadata,
+            rename=rename,
+            payload_spec=payload_spec,
+            index_column=index_column,
+            batch_bytes=batch_bytes,
+            columns=columns,
+        )
         self.column_types = dict(column_types or {})
 
     def _file_parts(self, path: Path) -> Iterator[Part]:

@@ -2,18 +2,19 @@
 
 Boundary: duck-typed on the dataset's public `with_format("arrow").iter(batch_size)` (so this
 module never imports `datasets`, which the `hf` extra installs); no cache format, no processes.
+A mapping of splits (`DatasetDict`) is refused when the source is built, naming its splits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from datasetrt.errors import ArgumentTypeError
-from datasetrt.sources.base import BatchSource, Part
-from datasetrt.sources.columns import Where
+from datasetrt.sources.base import BATCH_BYTES, BatchSource, Part
+from datasetrt.sources.columns import Columns, Where
 
 DEFAULT_BATCH_ROWS = 1024
 
@@ -28,9 +29,38 @@ class HFDatasetSource(BatchSource):
     `len()` is the dataset's (a Dataset; an IterableDataset has none).
     """
 
-    def __init__(self, name: str, dataset: Any, *, batch_rows: int | None = None, **columns: Any) -> None:
-        super().__init__(name, **columns)
-        if not hasattr(dataset, "with_format"):
+    def __init__(
+        self,
+        name: str,
+        dataset: Any,
+        *,
+        batch_rows: int | None = None,
+        payload: str | None = None,
+        metadata: Sequence[str] | None = None,
+        rename: Mapping[str, str] | None = None,
+        payload_spec: Any = None,
+        index_column: str | None = None,
+        batch_bytes: int = BATCH_BYTES,
+        columns: Columns | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            payload=payload,
+            metadata=metadata,
+            rename=rename,
+            payload_spec=payload_spec,
+            index_column=index_column,
+            batch_bytes=batch_bytes,
+            columns=columns,
+        )
+        if isinstance(dataset, Mapping):  # DatasetDict / IterableDatasetDict: one dataset per split
+            splits = list(dataset)
+            pick = f"dataset[{splits[0]!r}]" if splits else "one split"
+            raise ArgumentTypeError(
+                f"dataset must be a datasets.Dataset or IterableDataset, got a {type(dataset).__name__} "
+                f"of splits {splits}: pass one split, e.g. {pick}, or one source per split"
+            )
+        if not (hasattr(dataset, "with_format") and hasattr(dataset, "iter")):
             raise ArgumentTypeError(
                 f"dataset must be a datasets.Dataset or IterableDataset, got {type(dataset).__name__}"
             )

@@ -326,6 +326,9 @@ class ReaderConfig(BaseModel):
     (object storage, datasets larger than memory; docs/sampling.md); it needs shuffle=True.
     `storage` (datasetrt): how caches at object-store URLs are reached and kept on this node
     (`StorageConfig`).
+    `allow_external_links` (datasetrt): read caches whose files (or shards/) are symbolic links
+    out of the cache directory. Off by default: a cache is data, and a link out of it is refused
+    at open, naming the file and its target (docs/security.md); links inside it are always fine.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -340,6 +343,7 @@ class ReaderConfig(BaseModel):
     sampling: SamplingMode = "draws"
     window_shards: int = Field(default=8, ge=1)
     storage: StorageConfig = DEFAULT_STORAGE_CONFIG
+    allow_external_links: bool = False
 
     @model_validator(mode="after")
     def _permutation_shuffles(self) -> ReaderConfig:

@@ -56,6 +56,6 @@ def test_without_torch_the_core_works_and_torch_features_name_the_extra(tmp_path
     for feature in ("to_torch_dataloader", "to_torch_iterable_dataset"):
         is_import_error, message = out[feature]
         assert is_import_error and message.endswith(hint), (feature, message)
-        assert message.startswith("CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed")
+        assert message.startswith(f"CachedDataset.{feature} requires PyTorch to be installed")
     assert out["import"].endswith(hint)
     assert out["cli"] == 0

@@ -123,3 +123,13 @@ def test_version_is_written_once_and_has_a_changelog_entry():
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "datasetrt.__version__"}
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(version())}\b", changelog, re.M), "CHANGELOG.md has no entry for the version"
+
+
+def test_changelog_lists_every_core_dependency():
+    """CHANGELOG.md's "The core install is only what the package imports: ..." names each entry of
+    pyproject.toml's dependencies (and nothing stands in for one)."""
+    text = " ".join((ROOT / "CHANGELOG.md").read_text().split())
+    listed = re.search(r"The core install is only what the package imports: ([^.]*)\.", text)
+    assert listed, "CHANGELOG.md no longer lists the core dependencies"
+    words = {re.sub(r"\W", "", w).lower() for w in listed.group(1).split()}
+    assert names(DEPENDENCIES) <= words, f"missing from CHANGELOG.md: {names(DEPENDENCIES) - words}"

@@ -1,8 +1,10 @@
 """Reliability suite (issue 6): corruption fuzzing, crash-safe publication, resource hygiene
-under read faults, and a soak test (slow, opt in with ``-m slow``).
+under read faults, failing syscalls (an LD_PRELOAD shim: faultshim.c, faultrun.py), hostile caches
+that validate (hostile.py), and a soak test (slow, opt in with ``-m slow``).
 
-Shared helpers live here (the suite adds no conftest): deterministic template caches, a probe
-that opens, reads metadata and reads every sample under a deadline, and process/fd/shm counters.
+Shared helpers live here (the conftest only builds the shim): deterministic template caches, a
+probe that opens, reads metadata and reads every sample under a deadline, and process/fd/shm
+counters.
 Waiting for an external event is a bounded polling loop with a deadline; nothing sleeps to
 synchronise and nothing asserts on timing.
 """

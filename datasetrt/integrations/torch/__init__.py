@@ -18,7 +18,8 @@ Modules (names are exported here lazily, so importing the package, or `plan`, ne
 - `options`: `to_torch_dataloader`'s checks and "auto" values; `loader`: `DatasetRTDataLoader`,
   `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared;
 - `batches`: `to_torch_batches`, the loader's plan read as whole typed batches (one dict of
-  tensors per item) gathered in the workers straight into shared-memory tensors.
+  tensors per item) gathered in the workers straight into shared-memory tensors;
+- `mapped`: `CachedMapDataset`, a map-style dataset over the active table for your own sampler.
 """
 
 from __future__ import annotations
@@ -46,27 +47,34 @@ _EXPORTS = {
     "RankShare": "plan",
     "LoaderStateError": None,
     "to_torch_batches": "batches",
+    "to_torch_map_dataset": "mapped",
+    "CachedMapDataset": "mapped",
     "DatasetRTBatchLoader": "batches",
     "BatchLoaderDataset": "batches",
 }
 _TORCH_FREE = {"plan", "options", None}
-MISSING_TORCH = (
-    "CachedDataset.to_torch_iterable_dataset requires PyTorch to be installed "
-    "(so do CachedDataset.to_torch_dataloader and datasetrt.integrations.torch): "
-    "pip install 'datasetrt[torch]'"
-)
+_DATASET_METHODS = {"to_torch_iterable_dataset", "to_torch_dataloader", "to_torch_batches", "to_torch_map_dataset"}
+INSTALL_TORCH = "pip install 'datasetrt[torch]'"
+
+
+def missing_torch(feature: str) -> str:
+    """The message of a torch feature used without torch: "<feature> requires PyTorch to be
+    installed: pip install 'datasetrt[torch]'" (dataset-rt's wording, naming the feature asked for)."""
+    return f"{feature} requires PyTorch to be installed: {INSTALL_TORCH}"
+
 
 __all__ = sorted(_EXPORTS)
 
 
-def require_torch() -> None:
-    """Raise `MissingExtraError(MISSING_TORCH)` (an ImportError) when torch.utils.data cannot be imported."""
+def require_torch(feature: str = "datasetrt.integrations.torch") -> None:
+    """Raise `MissingExtraError(missing_torch(feature))` (an ImportError) when torch.utils.data
+    cannot be imported."""
     try:
         import torch.utils.data  # noqa: F401
     except ImportError as exc:
         from datasetrt.errors import MissingExtraError
 
-        raise MissingExtraError(MISSING_TORCH) from exc
+        raise MissingExtraError(missing_torch(feature)) from exc
 
 
 def __getattr__(name: str) -> Any:
@@ -74,7 +82,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = _EXPORTS[name]
     if module not in _TORCH_FREE:
-        require_torch()
+        require_torch(f"CachedDataset.{name}" if name in _DATASET_METHODS else f"{__name__}.{name}")
     if module is None:
         from datasetrt.errors import LoaderStateError
 

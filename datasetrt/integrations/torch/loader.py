@@ -30,6 +30,7 @@ from datasetrt.integrations.torch.options import (
     _loader_event,
     check_arguments,
     check_collate_picklable,
+    check_main_guard,
     worker_settings,
 )
 from datasetrt.integrations.torch.plan import RankShare, _Layout, _Spec, rank_count, rank_share
@@ -415,6 +416,7 @@ def _plan_loader(
         )
     settings = worker_settings(**worker_args, local_world_size=replica.local_world_size)
     check_collate_picklable(collate_fn, settings.context)
+    check_main_guard(settings.context, what)
 
     budget = samples_per_epoch if samples_per_epoch is not None else len(dataset)
     if not 1 <= budget <= MAX_SAMPLE_BUDGET:

@@ -1,6 +1,6 @@
 """`to_torch_dataloader`'s options: dataset-rt 0.4.8's argument checks (wording and checking
-order), the "auto" values (workers, threads, persistence, prefetch, start method) and the
-`event=loader_ready` log line.
+order), the "auto" values (workers, threads, persistence, prefetch, start method), the check that
+spawned workers can re-import the user's script, and the `event=loader_ready` log line.
 
 Boundary: plain values and Python's multiprocessing only; no torch, no dataset, no plan (the
 loader, loader.py, calls `check_arguments` first and `worker_settings` once it knows the
@@ -9,6 +9,7 @@ topology). A new torch option is checked here and wired in loader.py.
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import os
@@ -219,10 +220,77 @@ def check_collate_picklable(collate_fn: Callable | None, context: BaseContext | 
         ) from error
 
 
+def check_main_guard(context: BaseContext | None, what: str) -> None:
+    """LoaderStateError (one line saying what to do) when `context` starts workers that re-run the
+    main script (spawn, forkserver: `python script.py` or `python -m pkg.module`) and the script's
+    top-level statement now running — the one building `what` — is not under
+    `if __name__ == "__main__":`: each worker would build it again while bootstrapping and die, so
+    the pass would fail at its first batch with torch's "DataLoader worker exited unexpectedly".
+    Silent when it cannot tell (no script file, built off the main thread, source unreadable)."""
+    if context is None or context.get_start_method() == "fork":
+        return
+    found = _unguarded_main_line()
+    if found is None:
+        return
+    path, line = found
+    from datasetrt.errors import LoaderStateError
+
+    method = context.get_start_method()
+    raise LoaderStateError(
+        f"multiprocessing_context={method!r} starts DataLoader workers that re-run {path}, and its line {line}, "
+        f'which is running {what}, is not under `if __name__ == "__main__":`; put the code that builds and '
+        "iterates the loader under that guard, or pass multiprocessing_context='fork' (or num_workers=0)"
+    )
+
+
+def _unguarded_main_line() -> tuple[str, int] | None:
+    """(script path, line) of the main module's running top-level statement when spawned workers
+    re-run that module (as multiprocessing.spawn decides) and the statement is outside an
+    `if __name__ == "__main__":` body; else None."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is None or path is None or (spec_name is not None and spec_name.split(".")[-1] == "__main__"):
+        return None  # interactive, -c, notebooks, `python -m pkg`: workers do not re-run it
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return None  # not built while the main script runs its top level (another thread, say)
+    line = frame.f_lineno
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    return None if _guarded(tree.body, line) else (path, line)
+
+
+def _guarded(body: list[ast.stmt], line: int) -> bool:
+    """Whether `line` lies in the body of an `if __name__ == "__main__":` among the statements
+    `body` (at any depth of compound statements)."""
+    for stmt in body:
+        if not stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
+            continue
+        if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
+            return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmt.body)
+        blocks = [getattr(stmt, key, []) for key in ("body", "orelse", "finalbody")]
+        blocks += [handler.body for handler in getattr(stmt, "handlers", [])]
+        return any(_guarded(block, line) for block in blocks)
+    return False
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """`__name__ == "__main__"` (either side)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    texts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(texts) == 1
+
+
 def _loader_event(message: str) -> None:
-    """INFO on logger `datasetrt.loader`; without configured handlers, one line on stderr."""
-    logger = logging.getLogger(LOGGER_NAME)
-    if logger.hasHandlers():
-        logger.info(message)
-    elif logger.level == logging.NOTSET or logger.isEnabledFor(logging.INFO):
-        print(f"[{LOGGER_NAME}] {message}", file=sys.stderr)
+    """INFO on logger `datasetrt.loader` (dataset-rt's `dataset_rt.loader`): shown only where
+    logging is configured to show it, e.g. `logging.basicConfig(level=logging.INFO)`."""
+    logging.getLogger(LOGGER_NAME).info(message)

@@ -10,6 +10,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import datasetrt as drt
 from datasetrt.cli import main
@@ -289,3 +290,31 @@ def test_convert_with_a_trained_dictionary(tmp_path, capsys):
         == 2
     )
     assert "dict_bytes" in capsys.readouterr().err
+
+
+def test_convert_again_over_existing_caches(tmp_path, capsys):
+    """A rerun fails the taken names (dataset-rt's default), --skip-identical keeps the same caches
+    and fails a changed one, --overwrite replaces it atomically; the flags exclude each other."""
+    src, out = tmp_path / "a.parquet", tmp_path / "out"
+    pq.write_table(pa.table({"blob": [b"x", b"y"], "n": [1, 2]}), src)
+    convert = ["convert", str(src), "--out", str(out), "--no-progress"]
+    assert main(convert) == 0
+    manifest = (out / "a" / "manifest.json").stat()
+    capsys.readouterr()
+    assert main(convert) == 1
+    assert f"FAIL a: cache path already exists: {out / 'a'}" in capsys.readouterr().out
+    assert main([*convert, "--skip-identical"]) == 0
+    assert capsys.readouterr().out.strip() == f"ok   {out / 'a'}"
+    assert (out / "a" / "manifest.json").stat().st_ino == manifest.st_ino  # kept, not rewritten
+    pq.write_table(pa.table({"blob": [b"x", b"z", b"w"], "n": [1, 2, 3]}), src)
+    assert main([*convert, "--skip-identical"]) == 1
+    assert "it holds a different cache" in capsys.readouterr().out
+    assert read(out / "a") == [(b"x", {"n": 1}), (b"y", {"n": 2})]
+    assert main([*convert, "--overwrite"]) == 0
+    assert read(out / "a") == [(b"x", {"n": 1}), (b"z", {"n": 2}), (b"w", {"n": 3})]
+    assert sorted(p.name for p in out.iterdir()) == ["a"]  # the old cache and the staging dir are gone
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error
+        main([*convert, "--overwrite", "--skip-identical"])
+    assert usage.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err

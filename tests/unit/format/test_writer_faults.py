@@ -223,6 +223,8 @@ def test_lock_on_an_unlinked_inode_is_not_trusted(runtime, tmp_path, monkeypatch
     """A writer that opened the lock file just before its holder unlinked it must not proceed
     while a third writer holds the new lock file of the same name."""
     lock_path = tmp_path / "tmp" / ".w.lock"
+    lock_path.parent.mkdir()
+    lock_path.touch()  # the holder's lock file, which this writer opens (a missing one is created locked)
     real_flock = fcntl.flock
     held = []
 

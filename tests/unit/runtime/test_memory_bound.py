@@ -258,3 +258,45 @@ def test_default_limit_is_whole_bytes_half_of_what_is_available(monkeypatch):
     monkeypatch.setattr(memory, "available_memory_bytes", lambda: (1 << 33) + 1)
     limit = memory.default_memory_limit_bytes()
     assert limit == 1 << 32 and type(limit) is int
+
+
+@pytest.mark.parametrize(
+    "lines, files, expected",
+    [
+        # v2: limit 10 MiB, usage 9 MiB of which 1.5 MiB file cache -> 2.5 MiB, under the 3 MiB of meminfo
+        (
+            ["0::/job"],
+            {
+                "job/memory.max": f"{10 * MiB}\n",
+                "job/memory.current": f"{9 * MiB}\n",
+                "job/memory.stat": f"anon 1\nactive_file {MiB}\ninactive_file {MiB // 2}\nshmem 7\n",
+            },
+            5 * MiB // 2,
+        ),
+        # v1 counts the hierarchical (total_) file pages; an unlimited parent adds nothing
+        (
+            ["4:memory:/a/b"],
+            {
+                "memory/a/b/memory.limit_in_bytes": f"{4 * MiB}\n",
+                "memory/a/b/memory.usage_in_bytes": f"{4 * MiB}\n",
+                "memory/a/b/memory.stat": f"active_file 999999\ntotal_active_file 0\ntotal_inactive_file {MiB}\n",
+                "memory/a/memory.limit_in_bytes": f"{1 << 62}\n",
+            },
+            MiB,
+        ),
+        (["0::/job"], {"job/memory.max": "max\n", "job/memory.current": "5\n"}, 3 * MiB),  # no limit: meminfo
+        # over its limit (usage counts kernel memory too): nothing, never negative
+        (["0::/job"], {"job/memory.max": f"{MiB}\n", "job/memory.current": f"{2 * MiB}\n"}, 0),
+    ],
+)
+def test_reservable_bytes_is_available_memory_within_every_cgroup_limit(tmp_path, lines, files, expected):
+    from datasetrt.runtime import memory
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(
+        "MemTotal:       8000 kB\nMemAvailable:   2048 kB\nSwapTotal: 4096 kB\nSwapFree:       1024 kB\n"
+    )
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("\n".join(lines) + "\n")
+    assert memory.reservable_bytes(meminfo, proc, _cgroup_tree(tmp_path, files)) == expected
+    assert memory.reservable_bytes(tmp_path / "absent", tmp_path / "absent", tmp_path) is None  # nothing known

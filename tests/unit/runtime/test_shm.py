@@ -97,3 +97,37 @@ def test_memory_that_cannot_be_reserved_is_a_resource_limit_naming_the_os_error(
         "cannot reserve 3.0 MiB of shared memory for the reader's unit-ring: "
         "No space left on device (os error 28); lower prefetch_size / num_workers"
     )
+
+
+def test_a_reservation_past_what_the_kernel_can_give_is_refused_before_any_page_is_reserved(monkeypatch):
+    """Past what the kernel can give, posix_fallocate on a memfd does not fail: it waits on
+    reclaim and the OOM killer ends some process. So the size is checked first."""
+    import psutil
+
+    def must_not_reserve(fd, offset, size):
+        raise AssertionError(f"{size} bytes reserved before the size was checked")
+
+    monkeypatch.setattr(os, "posix_fallocate", must_not_reserve)
+    size = psutil.virtual_memory().total + psutil.swap_memory().total + (1 << 30)
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ResourceLimitError, match=r"the kernel can give [0-9.]+ MiB now") as info:
+        create_shared_memory("unit-huge", size)
+    assert f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's unit-huge" in str(info.value)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_the_reservation_check_uses_the_kernels_figure(monkeypatch):
+    from datasetrt.runtime import shm
+
+    monkeypatch.setattr(shm, "reservable_bytes", lambda: 1 << 20)
+    with pytest.raises(ResourceLimitError) as info:
+        create_shared_memory("unit-ring", 3 << 20)
+    assert str(info.value) == (
+        "cannot reserve 3.0 MiB of shared memory for the reader's unit-ring: the kernel can give 1.0 MiB now "
+        "(available memory and swap, within the memory cgroup's limit); lower prefetch_size / num_workers, "
+        "or free memory"
+    )
+    monkeypatch.setattr(shm, "reservable_bytes", lambda: None)  # unknown: the reservation decides
+    mapping, fd = create_shared_memory("unit-ring", 3 << 20)
+    mapping.close()
+    os.close(fd)

@@ -309,3 +309,13 @@ def test_state_of_another_stage_list_is_refused(other, match):
     mixture_state = {**state, "kind": "datasetrt.sampling.mixture"}
     with pytest.raises(SamplingStateError, match="not a datasetrt.sampling.curriculum state"):
         plan.load_state_dict(mixture_state)
+
+
+def test_state_with_edited_stream_epochs_is_refused():
+    """docs/sampling.md: a state's stream_epochs are checked on load (they follow from its positions)."""
+    plan = CurriculumPlan(three_stages(), stream_rows()[0], 1)
+    state = plan.state_dict(100)
+    assert CurriculumPlan(three_stages(), stream_rows()[0], 1).load_state_dict(state) == 100
+    edited = {**state, "stream_epochs": [e + 1 for e in state["stream_epochs"]]}
+    with pytest.raises(SamplingStateError, match="stream_epochs"):
+        CurriculumPlan(three_stages(), stream_rows()[0], 1).load_state_dict(edited)

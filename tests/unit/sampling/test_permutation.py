@@ -13,7 +13,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from datasetrt.errors import RepeatCountError, SamplingConfigError
+from datasetrt.errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
+    ConfigError,
+    RepeatCountError,
+    SamplingConfigError,
+)
 from datasetrt.sampling import EpochPermutation, repeat_counts, stream_label
 from datasetrt.sampling.permutation import DATASET_LABEL
 from tests.reference import perm as ref
@@ -100,6 +106,41 @@ def test_invalid_orders_are_refused():
         EpochPermutation(0, 3, np.array([1, 0, 2]))
     with pytest.raises(SamplingConfigError):
         EpochPermutation(0, 3, np.array([1, 2]))
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_seed_outside_u64_is_refused_when_built_as_mixtures_refuse_it(seed):
+    counts = np.array([1, 2, 1])
+    for build in (lambda: EpochPermutation(seed, 3), lambda: EpochPermutation(seed, 3, counts)):
+        with pytest.raises(SamplingConfigError, match=rf"seed must be a u64, got {seed}"):
+            build()
+    with pytest.raises(SamplingConfigError, match=r"label must be a u64"):
+        EpochPermutation(0, 3, label=-1)
+    with pytest.raises(ArgumentTypeError, match="seed must be an integer"):
+        EpochPermutation(1.5, 3)  # type: ignore[arg-type]
+    assert (
+        EpochPermutation(2**64 - 1, 3).rows(0, 6).tolist()
+        == EpochPermutation(np.uint64(2**64 - 1), 3).rows(0, 6).tolist()
+    )
+
+
+@pytest.mark.parametrize("counts", [None, np.array([1, 2, 1, 1, 3])])
+def test_position_ranges_outside_the_plan_are_typed_errors_naming_the_argument(counts):
+    order = EpochPermutation(7, 5, counts)
+    for first, count, error, name in [
+        (-1, 3, ConfigError, "first"),
+        (0, -1, ConfigError, "count"),
+        (2**64, 1, ArgumentOverflowError, "first=18446744073709551616"),
+        (2**63, 0, ArgumentOverflowError, "first=9223372036854775808"),
+        (2**63 - 3, 5, ArgumentOverflowError, "count=5"),
+    ]:
+        with pytest.raises(error, match=name):
+            order.rows(first, count)
+    with pytest.raises(ArgumentTypeError, match="first must be an integer"):
+        order.rows(1.0, 2)  # type: ignore[arg-type]
+    last = 2**63 - 1  # the last range the int64 kernel serves ends there
+    assert len(order.rows(last - 4, 4)) == 4 and len(order.rows(last, 0)) == 0
+    assert order.rows(np.int64(3), np.int64(4)).tolist() == order.rows(3, 4).tolist()
 
 
 def test_stream_label_is_stable():

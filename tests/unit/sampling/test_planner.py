@@ -7,6 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from datasetrt.errors import EmptyStreamError
 from datasetrt.sampling.planner import ActiveRows, PlanWindow, Population, Window, advance
 from datasetrt.table.catalog import CacheCatalog
 from tests.reference import rng048 as ref
@@ -206,6 +207,20 @@ def test_blocks_concatenation_independent_of_block_size(shuffle, weighted, seed,
 
 def test_blocks_of_empty_window():
     assert list(blocks(Window(Population(catalog()), True, 0, 0, 0), 8)) == []
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_population_of_no_rows_plans_empty_windows_and_refuses_positions(shuffle, weighted):
+    """A cache of 0 samples (or every row filtered out): its windows are empty, and the ordered
+    cursor stays 0 instead of dividing by the row count; positions over it are a typed error."""
+    cat = catalog((0,))
+    pop = Population(cat, active(cat, [], [])) if weighted else Population(cat)
+    window = Window(pop, shuffle, 7, 0, 0)
+    assert len(pop) == 0 and window.rows(0, 0).tolist() == [] and window.rows(0, 0).dtype == np.int64
+    assert advance(shuffle, 0, 0, 0) == 0 and window.sub(0, 0).start == 0
+    with pytest.raises(EmptyStreamError, match="cannot plan 3 positions over an empty population"):
+        window.rows(0, 3)
 
 
 # -- advance --------------------------------------------------------------------------------------

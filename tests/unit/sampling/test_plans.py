@@ -218,6 +218,8 @@ def test_state_with_other_rows_or_edited_fields_is_refused():
         MixturePlan(mix, shuffled, 1).load_state_dict(state)
     for key, value, match in [
         ("stream_positions", [16, 17], "inconsistent"),
+        ("stream_epochs", [0, 0], "stream_epochs"),  # docs/sampling.md: checked on load
+        ("stream_epochs", None, "stream_epochs"),
         ("position", -1, "invalid"),
         ("fingerprint", "0" * 32, "fingerprint"),
         ("kind", "x", "not a"),

@@ -3,6 +3,8 @@ memory-mapped input, argument checks and row-named errors."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,22 @@ def test_bad_metadata_values_name_the_row():
                 "t", np.zeros((2, 2)), metadata={"when": np.array(["2024-01-01", "2024-01-02"], "datetime64[s]")}
             )
         )
+
+
+@pytest.mark.parametrize("dtype", [">i4", ">f8", ">u2"])
+def test_arrays_of_the_other_byte_order_hold_the_same_records(dtype):
+    """docs/python-api.md: any byte order is accepted; records hold the little-endian bytes."""
+    native = np.arange(24).astype(dtype.replace(">", "<")).reshape(6, 4)
+    swapped = native.astype(dtype)
+    assert swapped.dtype.byteorder == ">" and swapped.dtype.name == native.dtype.name
+    labels = np.arange(6, dtype=">i8")
+    dense = NumpySource("be", swapped, metadata={"label": labels}, batch_bytes=40)
+    assert dense.payload_spec == PayloadSpec(native.dtype.name, (4,))
+    out = list(dense)
+    assert [bytes(memoryview(d)) for d, _ in out] == [row.tobytes() for row in native]
+    assert [m["label"] for _, m in out] == list(range(6))
+    offsets = np.array([0, 5, 5, 24])
+    ragged = list(NumpySource("rag", swapped.reshape(-1), offsets=offsets, index_column="i"))
+    assert [bytes(memoryview(d)) for d, _ in ragged] == [
+        native.reshape(-1)[lo:hi].tobytes() for lo, hi in itertools.pairwise(offsets)
+    ]

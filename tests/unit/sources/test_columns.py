@@ -1,7 +1,10 @@
 """Column mapping and batch conversion (datasetrt/sources/columns.py) through RecordBatchSource:
-payload kinds, metadata kinds, renames, typed layouts, and every refusal with its location."""
+payload kinds, metadata kinds, renames, typed layouts, every refusal with its location, and the
+mapping's keywords in every source's signature."""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pyarrow as pa
@@ -9,7 +12,16 @@ import pytest
 
 from datasetrt import PayloadSpec
 from datasetrt.errors import ArgumentTypeError, ConfigError, SourceInputError
-from datasetrt.sources import Columns, RecordBatchSource
+from datasetrt.sources import (
+    ArrowSource,
+    BatchSource,
+    Columns,
+    HFDatasetSource,
+    JsonLinesSource,
+    ParquetSource,
+    RecordBatchSource,
+    open_path,
+)
 
 
 def items(table, **columns):
@@ -282,3 +294,20 @@ def test_a_given_payload_spec_is_the_sources_spec_as_a_payload_spec_or_a_pair():
         r"'p' has type .*: PayloadSpec shape \(None, 0\)",
         payload="p",
     )
+
+
+@pytest.mark.parametrize(
+    "build", [HFDatasetSource, ParquetSource, ArrowSource, JsonLinesSource, RecordBatchSource, open_path]
+)
+def test_every_source_shows_the_column_keywords_in_its_signature(build):
+    """help() and IDEs list the mapping's keywords (no `**columns`), with BatchSource's defaults."""
+    mapping = {
+        name: param.default
+        for name, param in inspect.signature(BatchSource.__init__).parameters.items()
+        if param.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    assert set(mapping) == {"payload", "metadata", "rename", "payload_spec", "index_column", "batch_bytes", "columns"}
+    params = inspect.signature(build).parameters
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in params.values())
+    assert {name: params[name].default for name in mapping} == mapping
+    assert all(params[name].kind is inspect.Parameter.KEYWORD_ONLY for name in mapping)

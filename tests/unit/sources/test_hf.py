@@ -75,3 +75,18 @@ def test_image_feature_payload_is_the_encoded_file():
         SourceInputError, match=r"row 0: payload column 'image' .* has no bytes \(a file stored by path only\)"
     ):
         list(HFDatasetSource("img", by_path, payload="image"))
+
+
+def test_a_dataset_dict_is_refused_when_built_naming_its_splits():
+    """`load_dataset` without `split=` gives a DatasetDict: refused at once (not at write time)."""
+    splits = datasets.DatasetDict({"train": make(4), "test": make(2)})
+    with pytest.raises(ArgumentTypeError) as info:
+        HFDatasetSource("h", splits, payload="text")
+    assert str(info.value) == (
+        "dataset must be a datasets.Dataset or IterableDataset, got a DatasetDict of splits "
+        "['train', 'test']: pass one split, e.g. dataset['train'], or one source per split"
+    )
+    streaming = datasets.IterableDatasetDict({"train": make(4).to_iterable_dataset()})
+    with pytest.raises(ArgumentTypeError, match=r"IterableDatasetDict of splits \['train'\]"):
+        HFDatasetSource("h", streaming, payload="text")
+    assert len(list(HFDatasetSource("h", splits["test"], payload="text", metadata=["label"]))) == 2
