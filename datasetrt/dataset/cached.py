@@ -49,7 +49,7 @@ from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.remote import Storage
 from datasetrt.format.results import Err, Ok
-from datasetrt.runtime.memory import default_memory_limit_bytes
+from datasetrt.runtime.memory import default_memory_limit_bytes, return_freed_heap
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.sampling import orders, populations
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
@@ -505,9 +505,12 @@ class CachedDataset:
         with self._lock:
             self._population = population
             self._active_frame = df
+            self._tables.release_physical()
             self._epoch_len = None
             self._cursor = 0
             self._draw_offset = 0
+        del active, population  # held by the dataset now; what validation freed goes back to the kernel
+        return_freed_heap()
 
     set_samples_metadata = update_metadata
 
@@ -561,6 +564,8 @@ class CachedDataset:
             self._epoch_len = None
             self._cursor = 0
             self._draw_offset = 0
+        del population
+        return_freed_heap()  # what grouping the streams and planning freed
 
     def _ordered(self, population: Population, order: Mixture | Curriculum | None) -> Population:
         """`population` with `order`'s streams grouped from its table (Polars, once), and its

@@ -8,6 +8,7 @@ needs them: a dataset that only reads payloads never loads them. No sampling sta
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,15 +33,30 @@ class DatasetTables:
         self.schema = schema
         self.handles = list(handles)
         self._physical: pl.DataFrame | None = None
+        self._physical_ref: weakref.ref[pl.DataFrame] | None = None
         self._arrow: tuple[Any, Any] | None = None
 
     def physical(self) -> pl.DataFrame:
-        """The caches' own metadata table (decoded once, on first use)."""
+        """The caches' own metadata table (decoded on first use, then kept while it is the
+        dataset's table; after `release_physical`, kept only while someone else holds it)."""
         if self._physical is None:
+            held = self._physical_ref() if self._physical_ref is not None else None
+            if held is not None:
+                return held
             from datasetrt.table.metadata import physical_table  # lazily: imports Polars and pyarrow
 
             self._physical = physical_table(self.catalog, self.schema, lambda k: self.handles[k].read_metadata())
         return self._physical
+
+    def release_physical(self) -> None:
+        """Stop holding the physical table (an active table replaced it): its 32 B per physical
+        row stay alive only while the user keeps the frame; `physical()` decodes it again after."""
+        frame = self._physical
+        if frame is not None:
+            self._physical_ref = weakref.ref(frame)
+            self._physical = None
+            if self._arrow is not None and self._arrow[0] is frame:
+                self._arrow = None
 
     def frame(self, population: Population | None) -> pl.DataFrame:
         """The table whose rows a population's planner rows index: the frame that population was

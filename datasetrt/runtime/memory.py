@@ -194,3 +194,35 @@ class MemoryBound:
                 f"reader memory bound exceeds memory_limit_bytes ({limit_bytes / 2**20:.1f} MiB): {self.describe()}; "
                 "lower prefetch_size or num_workers, or raise ReaderConfig.memory_limit_bytes"
             )
+
+
+def return_freed_heap() -> None:
+    """Give the C heap's free pages back to the kernel (glibc `malloc_trim(0)`; a no-op elsewhere).
+
+    Building a population allocates and frees per-row numpy temporaries; glibc keeps freed heap
+    pages (and raises its mmap threshold after freeing a large block, so the next large arrays
+    come from the heap too), which would stay in the process's anonymous memory as dead bytes per
+    row. Call it after O(rows) work, never in a hot loop: it walks the heap's free lists.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+_TRIM: list = []
+
+
+def _malloc_trim():
+    """glibc's malloc_trim, resolved once (None without glibc)."""
+    if not _TRIM:
+        import ctypes
+        import ctypes.util
+
+        try:
+            fn = ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+            fn.argtypes = (ctypes.c_size_t,)
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _TRIM.append(fn)
+    return _TRIM[0]

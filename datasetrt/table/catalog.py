@@ -40,10 +40,15 @@ class CacheCatalog:
     def positions(self, cache_ids: np.ndarray) -> np.ndarray:
         """Positions (int64) of the given ids; -1 where unknown."""
         ids = np.asarray(cache_ids, dtype=np.uint64)
-        where = np.searchsorted(self._sorted_ids, ids)
-        where = np.minimum(where, len(self._sorted_ids) - 1)
-        found = self._sorted_ids[where] == ids
-        return np.where(found, self._order[where], -1).astype(np.int64)
+        if len(self._sorted_ids) == 0:
+            return np.full(len(ids), -1, dtype=np.int64)
+        # In place on one int64 array: one more per-row temporary (the gathered ids) at most.
+        where = np.searchsorted(self._sorted_ids, ids).astype(np.int64, copy=False)
+        np.minimum(where, len(self._sorted_ids) - 1, out=where)
+        found = np.take(self._sorted_ids, where) == ids
+        np.take(self._order, where, out=where)
+        where[~found] = -1
+        return where
 
     def position(self, cache_id: int) -> int:
         """Position of one id, or -1."""

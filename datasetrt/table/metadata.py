@@ -138,8 +138,10 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     cache_ids = df.get_column(IDENTITY_COLUMNS[0]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
     sample_ids = df.get_column(IDENTITY_COLUMNS[1]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
     pos = catalog.positions(cache_ids)
-    known = pos >= 0
-    known[known] = sample_ids[known] < catalog.counts[pos[known]].astype(np.uint64)
+    # One gather and two masks (no per-row int64 temporaries beyond the gather): an unknown
+    # cache (-1) gathers the last cache's count and is masked out after.
+    known = sample_ids < np.take(catalog.counts.astype(np.uint64), pos, mode="wrap") if len(catalog) else pos >= 0
+    known &= pos >= 0
     unknown = np.flatnonzero(~known)
     if unknown.size:
         i = int(unknown[0])
@@ -148,7 +150,9 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
         )
     if first is not None:
         raise _fail(first[3])
-    weights = df.get_column(WEIGHT_COLUMN).to_numpy().astype(np.float64)
+    # Views of the user's frame where its dtypes allow (UInt64 sample_id, Float64 weight without
+    # nulls: read-only, zero-copy); the population keeps the frame, so the buffers outlive them.
+    weights = np.ascontiguousarray(df.get_column(WEIGHT_COLUMN).to_numpy(), dtype=np.float64)
     bad = np.flatnonzero(~(np.isfinite(weights) & (weights > 0)))
     if bad.size:
         # dataset-rt's text names the row position ("weight 5"); then the row's identity and value.
@@ -158,4 +162,4 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
             f"sample_id={int(sample_ids[row])}) has weight {float(weights[row])!r}"
             + (f"; {bad.size - 1} more row{'s' if bad.size > 2 else ''} too" if bad.size > 1 else "")
         )
-    return ActiveRows(cache_pos=pos, sample_id=sample_ids.copy(), weights=np.ascontiguousarray(weights))
+    return ActiveRows(cache_pos=pos, sample_id=np.ascontiguousarray(sample_ids), weights=weights)
