@@ -4,7 +4,9 @@ memory of open + filter + reweight + first sample, datasetrt against dataset-rt 
 Workload: `rows` tiny records (8 bytes, no compression) in `caches` caches (default 50) with one
 int64 metadata column `group` (row % 10). One cache is written with datasetrt's NumpySource and
 the others are hard links of its files under their own manifests (distinct source names and
-cache ids), so a 2*10^7-row workload costs one 4*10^5-row write. Caches written by datasetrt are
+cache ids), so a 2*10^7-row workload costs one 4*10^5-row write. Hard links share their pages:
+the file-backed figures then count one cache's index and checksums for all of them; `--copy`
+gives each cache files of its own (the file-backed figures of caches written separately). Caches written by datasetrt are
 readable by dataset-rt 0.4.8 (same format).
 
 Each configuration runs in its own fresh process (`--run`), which measures itself and its
@@ -139,9 +141,11 @@ class PeakSampler:
 # workload
 
 
-def prepare(workdir: Path, rows: int, caches: int) -> list[Path]:
+def prepare(workdir: Path, rows: int, caches: int, copy: bool = False) -> list[Path]:
     """`caches` caches of rows // caches records each under workdir/caches (one written, the rest
-    hard links with their own manifests). Returns their paths."""
+    hard links, or with `copy` copies: files of their own, so each cache's mapped index and
+    checksums are pages of their own, as for caches written separately), each with its own
+    manifest. Returns their paths."""
     import numpy as np
 
     import datasetrt
@@ -173,7 +177,7 @@ def prepare(workdir: Path, rows: int, caches: int) -> list[Path]:
             *(f"shards/{s['name']}" for s in manifest["shards"]),
         ):
             if (seed / rel).exists():
-                os.link(seed / rel, d / rel)
+                (shutil.copyfile if copy else os.link)(seed / rel, d / rel)
         doc = dict(manifest, source_name=name, cache_id=datasetrt.format.layout.cache_id_for(name))
         (d / "manifest.json").write_text(json.dumps(doc))
         paths.append(d)
@@ -287,6 +291,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, action="append", default=None, help="rows (repeatable; default 2*10^6)")
     parser.add_argument("--caches", type=int, default=50)
+    parser.add_argument("--copy", action="store_true", help="copy the caches' files instead of hard links")
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--reads", type=int, default=READS)
@@ -306,7 +311,7 @@ def main() -> None:
         workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-scale-rows-"))
         try:
             t = time.perf_counter()
-            prepare(workdir, rows, args.caches)
+            prepare(workdir, rows, args.caches, copy=args.copy)
             print(f"prepared {rows:,} rows in {args.caches} caches in {time.perf_counter() - t:.1f} s", flush=True)
             for mode in args.modes.split(","):
                 for peer in args.peers.split(","):
