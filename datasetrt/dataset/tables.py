@@ -16,6 +16,7 @@ import numpy as np
 
 from datasetrt.errors import ArgumentTypeError, ConfigError, MetadataTypeError
 from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.memory import return_freed_heap
 from datasetrt.sampling.planner import ActiveRows, Population
 from datasetrt.table.catalog import CacheCatalog
 
@@ -46,6 +47,7 @@ class DatasetTables:
             from datasetrt.table.metadata import physical_table  # lazily: imports Polars and pyarrow
 
             self._physical = physical_table(self.catalog, self.schema, lambda k: self.handles[k].read_metadata())
+            return_freed_heap()  # the decode's per-row temporaries
         return self._physical
 
     def release_physical(self) -> None:

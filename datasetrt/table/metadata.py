@@ -45,9 +45,9 @@ def physical_table(
         stored = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     else:
         stored = pa.table({n: pa.array([], type=pa.null()) for n in names})
-    starts = np.repeat(catalog.offsets[:-1], catalog.counts)
     cache_id = np.repeat(catalog.cache_ids, catalog.counts)
-    sample_id = (np.arange(catalog.total, dtype=np.int64) - starts).astype(np.uint64)
+    sample_id = np.arange(catalog.total, dtype=np.uint64)  # minus each cache's first row, in place
+    sample_id -= np.repeat(catalog.offsets[:-1].astype(np.uint64), catalog.counts)
     columns = [pa.array(cache_id, type=pa.uint64()), pa.array(sample_id, type=pa.uint64())]
     columns += [stored.column(n) for n in names]
     columns.append(pa.array(np.ones(catalog.total, dtype=np.float64)))

@@ -29,9 +29,10 @@ ROWS = 1_000_000
 ROW_CACHES = 10
 # Recorded bound: anonymous + shmem growth of the tree per active row beyond the user's active
 # table, at 10^6 rows (0.9 * 10^6 active), two reader workers, fixed costs (workers, ring, read
-# buffers) included. Measured at 100 B on the merged tree (118 B with a loaded machine's slower
-# allocator decay); the code before the population diet measured 133-168 B.
-BOUND_BYTES_PER_ROW = 130
+# buffers: about 35 B per active row at this size) included. benchmarks/scale_rows.py measured
+# 60 B here (97 B before populations kept views of the user's columns and the physical table
+# was released).
+BOUND_BYTES_PER_ROW = 80
 
 
 def _write_one(base: Path, name: str, rows: int, metadata: dict) -> Path:
@@ -119,6 +120,7 @@ CHILD = textwrap.dedent(
                     todo.extend(int(c) for c in f.read().split())
         return total
 
+    pyarrow.array([0])  # pyarrow's one-off initialisation, not a per-row cost
     paths = sorted(Path(sys.argv[1]).iterdir())
     rt = drt.DatasetRuntime(num_workers=2)
     base = tree(os.getpid())
