@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from datasetrt._native.codec import DecodeState
 from datasetrt._native.mapped import MappedFile
@@ -35,8 +35,10 @@ from datasetrt.format.manifest import Manifest, read_manifest_stat
 from datasetrt.storage.urls import RemoteLocation, parse_location
 from datasetrt.values.codecs import CODEC_BY_NAME
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     import numpy as np
 
@@ -249,6 +251,27 @@ class CacheHandle:
         import numpy as np  # lazily: reader workers open caches without numpy
 
         return np.frombuffer(memoryview(self.index_map()), dtype="<u8").reshape(-1, 3)
+
+    def scan_index(self, fn: Callable[[np.ndarray], T]) -> T:
+        """`fn(index)` over the (sample_count, 3) uint64 index: the handle's mapping when it has
+        one, else a mapping made for this call and unmapped after it, so a scan over many caches
+        (planning a run over 10^5 of them) leaves no mapping behind (a process has at most
+        vm.max_map_count). `fn` must not keep a view of the index."""
+        import numpy as np  # lazily: reader workers open caches without numpy
+
+        if self._index is not None:
+            return fn(self.index_array())
+        mapped = self.index_map()
+        self._index = None
+        index = np.frombuffer(memoryview(mapped), dtype="<u8").reshape(-1, 3)
+        try:
+            return fn(index)
+        finally:
+            del index
+            try:
+                mapped.close()
+            except BufferError:  # fn kept a view: the mapping lives as long as that view
+                pass
 
     def shard_paths(self) -> list[Path]:
         return [self.path / SHARDS_DIR / s.name for s in self.manifest.shards]

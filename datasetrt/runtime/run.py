@@ -84,7 +84,7 @@ def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
         if handle.sample_count:
             # A hostile index length is the gather kernel's to refuse; size by what can exist.
             biggest_shard = max((s.byte_len for s in handle.manifest.shards), default=0)
-            largest = max(largest, min(_largest_stored(handle.index_array()), biggest_shard))
+            largest = max(largest, min(handle.scan_index(_largest_stored), biggest_shard))
     return largest
 
 

@@ -151,3 +151,22 @@ def test_memory_per_active_row_at_a_million_rows(tmp_path):
     assert figures["active"] == ROWS * 9 // 10
     per_row = (figures["grown"] - figures["user"]) / figures["active"]
     assert per_row <= BOUND_BYTES_PER_ROW, f"{per_row:.0f} B per active row beyond the user's table: {figures}"
+
+
+def _mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def test_planning_a_run_over_many_caches_keeps_no_index_mapped(many_caches):
+    from datasetrt.format.reader import CacheHandle
+    from datasetrt.runtime.run import planned_record_bytes
+
+    handles = [CacheHandle.open(p) for p in many_caches[:300]]
+    before = _mappings()
+    assert planned_record_bytes(handles) >= 8  # the 8-byte records, as stored
+    # Planning scans every index; a mapping kept per cache would put 10^5 caches past
+    # vm.max_map_count (65,530) before the first read.
+    assert _mappings() - before < 30
+    handles[0].index_array()  # a read maps its cache and keeps it
+    assert _mappings() - before >= 1
