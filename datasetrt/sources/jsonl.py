@@ -139,26 +139,27 @@ def text_blocks(stream: Any, block_bytes: int, max_line_bytes: int) -> Iterator[
     """The stream's text cut after line ends: blocks of at most `block_bytes`, except one holding
     a longer line, which holds that line whole plus less than `block_bytes`. Raises _LongLine at a
     line longer than `max_line_bytes`. Holds at most one block and the partial line after it."""
-    carry: list[bytes] = []
-    carried = 0
+    carry = bytearray()  # the partial line after the last line end read (a new one per block)
     while True:
-        data = stream.read(block_bytes - carried if carried < block_bytes else block_bytes)
+        data = stream.read(block_bytes - len(carry) if len(carry) < block_bytes else block_bytes)
         if not data:
-            if carried and not b"".join(carry).isspace():
-                yield pa.py_buffer(b"".join(carry))
+            if carry and not carry.isspace():
+                yield pa.py_buffer(carry)
             return
         cut = data.rfind(b"\n")
         if cut < 0:
-            carry.append(data)
-            carried += len(data)
-            if carried > max_line_bytes:
+            carry += data
+            if len(carry) > max_line_bytes:
                 raise _LongLine
             continue
-        if carried and carried + data.find(b"\n") > max_line_bytes:
+        if carry and len(carry) + data.find(b"\n") > max_line_bytes:
             raise _LongLine
-        block = pa.py_buffer(b"".join([*carry, data[: cut + 1]])) if carry else pa.py_buffer(data).slice(0, cut + 1)
-        rest = data[cut + 1 :]
-        carry, carried = ([rest], len(rest)) if rest else ([], 0)
+        if carry:
+            carry += memoryview(data)[: cut + 1]
+            block = pa.py_buffer(carry)
+        else:
+            block = pa.py_buffer(data).slice(0, cut + 1)
+        carry = bytearray(memoryview(data)[cut + 1 :])
         yield block
 
 
