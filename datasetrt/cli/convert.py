@@ -93,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--max-line-bytes",
         type=int,
         metavar="N",
-        help="JSON Lines: the longest line read (default 64 MiB; parsing it costs about 8x that)",
+        help="JSON Lines: the longest line read, at least --block-bytes (default 64 MiB; parsing it costs about 8x that)",
     )
     p.add_argument("--codec", choices=CODEC_NAMES, default="none", help="payload compression")
     p.add_argument("--level", type=int, default=3, help="zstd / zstd_dict level (default 3)")

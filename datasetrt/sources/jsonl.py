@@ -5,8 +5,8 @@ Boundary: JSON text in, pyarrow record batches out; knows nothing of the column 
 format or processes (`files.JsonLinesSource` puts these batches through the mapping).
 
 Blocks: the text is cut at line ends into blocks of at most `block_bytes`; a line longer than that
-makes its block grow to hold it whole, up to `max_line_bytes` per line (a longer line is a
-SourceInputError naming the file and record). pyarrow parses each block as one unit, so no line
+makes its block grow to hold it whole, up to `max_line_bytes` (>= `block_bytes`) per line: a
+longer line is a SourceInputError naming the file and record. pyarrow parses each block as one unit, so no line
 ever straddles two blocks. Parsing takes several times a block's size (JSON_TEXT_FACTOR), so the
 largest block costs about JSON_TEXT_FACTOR x (block_bytes + max_line_bytes) while it is parsed.
 
@@ -254,8 +254,10 @@ class JsonText:
             raise ConfigError(
                 f"block_bytes must be an int in [{MIN_BLOCK_BYTES}, {BLOCK_BYTES_CAP}], got {block_bytes!r}"
             )
-        if not isinstance(max_line_bytes, int) or not 1 <= max_line_bytes <= LINE_BYTES_CAP:
-            raise ConfigError(f"max_line_bytes must be an int in [1, {LINE_BYTES_CAP}], got {max_line_bytes!r}")
+        if not isinstance(max_line_bytes, int) or not block_bytes <= max_line_bytes <= LINE_BYTES_CAP:
+            raise ConfigError(
+                f"max_line_bytes must be an int in [block_bytes ({block_bytes}), {LINE_BYTES_CAP}], got {max_line_bytes!r}"
+            )
         self.files = list(files)
         self.given = given
         self.block_bytes = block_bytes

@@ -228,7 +228,8 @@ def test_type_names_and_option_errors(tmp_path):
         {"column_types": {"n": "int64"}, "schema": {"text": "string"}},
         {"column_types": {"n": pa.float16()}},  # the JSON reader cannot produce it
         {"block_bytes": 100},
-        {"max_line_bytes": 0},
+        {"max_line_bytes": 1000},  # below block_bytes (1 MiB): a line of a block would pass it
+        {"block_bytes": 1 << 30},
     ):
         with pytest.raises(ConfigError):
             JsonLinesSource("o", path, payload="text", **kw)
