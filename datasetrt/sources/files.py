@@ -212,11 +212,11 @@ class JsonLinesSource(_FileSource):
     """JSON Lines files (one object per line; `.gz`, `.bz2`, `.zst`, `.lz4` decompressed by
     extension), or directories of them, in order (reading: `jsonl.py`).
 
-    Text is parsed in blocks of `block_bytes` (default `batch_bytes` / 8) cut at line ends; a longer
-    line grows its block, up to `max_line_bytes` (default 64 MiB). Column types are given in
-    `column_types` (some columns: name -> pyarrow type or its name, e.g. `{"tokens":
-    pa.list_(pa.int32())}` or `{"tokens": "list<int32>"}`) or `schema` (every column read; the
-    others are ignored); the others are inferred by a first pass over every file, one block at a
+    Text is parsed in blocks of `block_bytes` (default `batch_bytes` / 8) cut at line ends; a
+    longer line grows its block, up to `max_line_bytes` (default 64 MiB, or `block_bytes` when
+    larger). Column types are given in `column_types` (some columns: name -> pyarrow type or its
+    name, e.g. `{"tokens": pa.list_(pa.int32())}` or `{"tokens": "list<int32>"}`) or `schema`
+    (every column read; the others are ignored); the others are inferred by a first pass over every file, one block at a
     time (none when every column the mapping reads has a type). Integers are read exactly or
     refused; a column mixing integers and floats is refused unless given a float type. Errors name
     the file, the record (0-based object index: the line number when the file has no blank lines)
@@ -234,7 +234,7 @@ class JsonLinesSource(_FileSource):
         column_types: Mapping[str, pa.DataType | str] | None = None,
         schema: pa.Schema | Mapping[str, pa.DataType | str] | None = None,
         block_bytes: int | None = None,
-        max_line_bytes: int = MAX_LINE_BYTES,
+        max_line_bytes: int | None = None,
         payload: str | None = None,
         metadata: Sequence[str] | None = None,
         rename: Mapping[str, str] | None = None,
@@ -260,6 +260,8 @@ class JsonLinesSource(_FileSource):
         needed = None if c.payload is None or c.metadata is None else [c.payload, *c.metadata]
         if block_bytes is None:
             block_bytes = max(MIN_BLOCK_BYTES, min(batch_bytes // JSON_TEXT_FACTOR, BLOCK_BYTES_CAP))
+        if max_line_bytes is None:
+            max_line_bytes = max(MAX_LINE_BYTES, block_bytes) if isinstance(block_bytes, int) else MAX_LINE_BYTES
         self.text = JsonText(self.files, given, whole, needed, block_bytes, max_line_bytes)
 
     def _file_parts(self, path: Path) -> Iterator[Part]:
