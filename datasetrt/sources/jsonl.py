@@ -188,6 +188,11 @@ def _leaves(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return array, rows
 
 
+def _depth(t: pa.DataType) -> int:
+    """How many levels of lists hold the values of a column of type `t`."""
+    return 0 if t == _leaf_type(t) else 1 + _depth(t.value_type)
+
+
 def _leaf_type(t: pa.DataType) -> pa.DataType:
     while pa.types.is_list(t) or pa.types.is_large_list(t):
         t = t.value_type
@@ -202,18 +207,19 @@ def _flat(value: Any) -> Iterator[Any]:
         yield value
 
 
-def _may_hold_integers(block: pa.Buffer, name: str, values: int, nested: bool) -> bool:
-    """False when the text of `block` surely holds no integer in column `name`, which holds
-    `values` numbers (`nested`: inside lists): a scalar column's key is written literally at
-    least `values` times and never followed by an integer; a list column's text has no integer
-    after `[` or `,` anywhere. True (look closer) otherwise."""
+def _may_hold_integers(block: pa.Buffer, name: str, rows: int, depth: int) -> bool:
+    """False when the text of `block` surely holds no integer in column `name`, which holds numbers
+    in `rows` records, under `depth` levels of lists: its key is written literally in at least
+    `rows` places and never followed by an integer (depth 0) or by a list holding one (depth 1);
+    deeper lists: no integer follows `[` or `,` anywhere. True (look closer) otherwise."""
     text = memoryview(block)
-    if nested:
+    if depth > 1:
         return re.search(rb"[\[,]\s*-?\d+(?![\d.eE])", text) is not None
     key = re.escape(json.dumps(name, ensure_ascii=False).encode())
-    if len(re.findall(key + rb"\s*:", text)) < values:  # a key written with escapes: look closer
+    if len(re.findall(key + rb"\s*:", text)) < rows:  # a key written with escapes: look closer
         return True
-    return re.search(key + rb"\s*:\s*-?\d+(?![\d.eE])", text) is not None
+    inside = rb"\[(?:[^\]]*?,)?" if depth else b""  # a list of numbers holds no ']' before its end
+    return re.search(key + rb"\s*:\s*" + inside + rb"\s*-?\d+(?![\d.eE])", text) is not None
 
 
 def _loads(path: Path, record: int, lines: list[bytes], rows: np.ndarray) -> list[Any]:
@@ -323,8 +329,9 @@ class JsonText:
             if len(fraction):
                 first_float = int(rows[fraction[0]]), float(values[fraction[0]])
             candidates = np.unique(rows[whole])  # rows whose whole numbers may be written as integers
-            nested = leaves.type != block[1].schema.field(name).type
-            if len(candidates) and not _may_hold_integers(block[0], name, len(leaves) - leaves.null_count, nested):
+            depth = _depth(block[1].schema.field(name).type)
+            holders = len(np.unique(rows[valid]))
+            if len(candidates) and not _may_hold_integers(block[0], name, holders, depth):
                 i = int(np.flatnonzero(valid)[0])  # every number is written as a float
                 first_float = int(rows[i]), float(values[i])
             elif len(candidates):

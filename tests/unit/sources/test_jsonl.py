@@ -204,6 +204,17 @@ def test_list_payloads_mixing_integers_and_floats(tmp_path):
     source = JsonLinesSource("v", path, payload="v", column_types={"v": "list<float32>"})
     assert source.payload_spec == drt.PayloadSpec("float32", (None,))
     assert [bytes(r.data) for r in source][1] == pa.array([1, 2.5], pa.float32()).buffers()[1].to_pybytes()
+    # whole floats beside a list of integers are floats; an integer among them is found
+    rows = [{"v": [0.0, i + 0.5], "ids": [i, 2], "n": i} for i in range(3000)]
+    path = write_jsonl(tmp_path / "w.jsonl", rows)
+    assert JsonLinesSource("w", path, payload="v", metadata=["n"]).payload_spec == drt.PayloadSpec("float64", (None,))
+    rows[2500] = {"v": [1.0, 2], "ids": [], "n": 2500}
+    path = write_jsonl(tmp_path / "w.jsonl", rows)
+    with pytest.raises(SourceInputError, match=r"w.jsonl: record 2500: column 'v' holds the integer 2 but record 0"):
+        list(JsonLinesSource("w", path, payload="v", metadata=["n"], block_bytes=BLOCK))
+    nested = [{"v": [[0.5], [1.0]], "n": 0}, {"v": [[2.0], [3]], "n": 1}]
+    with pytest.raises(SourceInputError, match=r"x.jsonl: record 1: column 'v' holds the integer 3 but record 0"):
+        list(JsonLinesSource("x", write_jsonl(tmp_path / "x.jsonl", nested), payload="v", metadata=["n"]))
 
 
 def test_blank_lines_are_not_records(tmp_path):
