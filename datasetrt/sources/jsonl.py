@@ -27,6 +27,9 @@ an integer somewhere in its text), Python's `json` parses the lines holding whol
 
 Records: 0-based index of the object in its file, counted over non-blank lines (pyarrow skips
 blank ones), i.e. the line number when a file has no blank lines.
+
+Size: over 500 lines because the block cutter, the inference pass, the number-kind checks and the
+error locator share one block-and-record bookkeeping; split, each would re-derive it.
 """
 
 from __future__ import annotations
