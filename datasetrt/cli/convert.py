@@ -5,6 +5,7 @@ the command runs, so `datasetrt --help` stays light); knows no cache byte layout
 
   datasetrt convert SRC... --out BASE [--payload-column C] [--metadata-columns C...]
                     [--rename A=B...] [--index-column NAME] [--dtype D [--shape S]]
+                    [--column-types C=T,...] [--block-bytes N] [--max-line-bytes N]
                     [--codec none|lz4|zstd|zstd_dict] [--level N] [--dict-bytes N] [--name NAME...]
                     [--workers N] [--no-progress] [--overwrite | --skip-identical]
                     [--storage-option KEY=VALUE...] [--cache-dir DIR]
@@ -16,7 +17,9 @@ directory under the node-local cache (--cache-dir), uploaded and published with 
 (format/upload.py), and reached with the environment and --storage-option (cli/remote.py). Typed payloads: `--dtype` /
 `--shape` give the PayloadSpec, else a list payload column's type gives it (list<int32> ->
 int32[None]); every SRC must then have the same spec (byte payloads: none), which each manifest
-records. A cache name already taken under BASE fails that source, as `write_cache` does;
+records. JSON Lines only: `--column-types` gives column types (the others are inferred over every
+file), `--block-bytes` / `--max-line-bytes` the text parsed at a time and the longest line.
+A cache name already taken under BASE fails that source, as `write_cache` does;
 `--overwrite` replaces it atomically and `--skip-identical` keeps it when it is the cache this
 run writes (`write_cache(if_exists=...)`, local BASE only). Exit status 0 when every cache was
 written (or kept), 1 when any source failed (its error is printed; nothing of it is published), 2
@@ -74,6 +77,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --dtype: comma-separated dims, None for the ragged one "
         "(512, None,3; '' for scalars); default None (one ragged dim)",
     )
+    p.add_argument(
+        "--column-types",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="C=T,...",
+        help="JSON Lines: column types (int64, int32, float64, string, bool, list<int32>, ...); "
+        "the other columns are inferred over every file",
+    )
+    p.add_argument(
+        "--block-bytes", type=int, metavar="N", help="JSON Lines: bytes of text parsed at a time (default 1 MiB)"
+    )
+    p.add_argument(
+        "--max-line-bytes",
+        type=int,
+        metavar="N",
+        help="JSON Lines: the longest line read, at least --block-bytes (default 64 MiB; parsing it costs about 8x that)",
+    )
     p.add_argument("--codec", choices=CODEC_NAMES, default="none", help="payload compression")
     p.add_argument("--level", type=int, default=3, help="zstd / zstd_dict level (default 3)")
     p.add_argument(
@@ -115,6 +136,13 @@ def _renames(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--rename takes A=B, got {pair!r}")
         out[old] = new
     return out
+
+
+def _column_types(items: list[str]) -> dict | None:
+    """--column-types NAME=TYPE,... (repeatable) as {name: pyarrow type}, or None."""
+    from datasetrt.sources.jsonl import parse_column_types
+
+    return {k: v for item in items for k, v in parse_column_types(item).items()} or None
 
 
 def _given_spec(dtype: str | None, shape: str | None) -> Any:
@@ -163,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         renames = _renames(args.rename)
+        column_types = _column_types(args.column_types)
         given = _given_spec(args.dtype, args.shape)
         storage = storage_config(args)
     except (ValueError, DatasetRTError) as exc:
@@ -182,6 +211,9 @@ def run(args: argparse.Namespace) -> int:
                 rename=renames,
                 index_column=args.index_column,
                 payload_spec=given,
+                column_types=column_types,
+                block_bytes=args.block_bytes,
+                max_line_bytes=args.max_line_bytes,
             )
             for path, name in zip(args.sources, names)
         ]

@@ -83,11 +83,14 @@ def open_path(
     batch_bytes: int = BATCH_BYTES,
     columns: Columns | None = None,
     column_types: Mapping[str, Any] | None = None,
+    schema: Any = None,
+    block_bytes: int | None = None,
+    max_line_bytes: int | None = None,
 ) -> BatchSource:
     """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
     (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`; the
-    column keywords are the sources' (`Columns`); `column_types` is `JsonLinesSource`'s (JSON Lines
-    only)."""
+    column keywords are the sources' (`Columns`); `column_types`, `schema`, `block_bytes` and
+    `max_line_bytes` are `JsonLinesSource`'s (JSON Lines only: a ConfigError for another kind)."""
     p = Path(path)
     cls: type[_FileSource] | None
     if p.is_dir():
@@ -102,7 +105,15 @@ def open_path(
             raise ConfigError(f"{p}: unknown file type; expected *{', *'.join(s for k, _ in _KINDS for s in k)}")
     else:
         raise ConfigError(f"{p}: no such file or directory")
-    extra: dict[str, Any] = {} if column_types is None else {"column_types": column_types}
+    json_options = {
+        "column_types": column_types,
+        "schema": schema,
+        "block_bytes": block_bytes,
+        "max_line_bytes": max_line_bytes,
+    }
+    extra: dict[str, Any] = {k: v for k, v in json_options.items() if v is not None}
+    if extra and cls is not JsonLinesSource:
+        raise ConfigError(f"{p}: {', '.join(extra)} apply to JSON Lines sources only, not {cls.__name__}")
     return cls(
         name if name is not None else default_name(p),
         p,

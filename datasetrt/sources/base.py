@@ -67,7 +67,8 @@ class BatchSource:
         column's type in the first part's schema (`list<int32>` -> `int32[None]`,
         `fixed_size_list<float32, 3>` -> `float32[3]`); None for byte payloads without a spec and
         for a source with no parts. Before iteration, reading it opens the first part for its schema
-        only (a Parquet footer, an IPC schema, the first block of JSON text, one batch of a dataset).
+        only (a Parquet footer, an IPC schema, JSON Lines: the type-inference pass over its files,
+        one batch of a dataset).
         Write with `WriterConfig(payload_spec=source.payload_spec)` to record it in the manifest."""
         if self._spec is _UNKNOWN:
             parts = self._parts()

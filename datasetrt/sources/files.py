@@ -7,8 +7,9 @@ the cache format or processes.
 Memory: one record batch at a time, of about `batch_bytes` of input (Parquet: one row group's
 column chunks for the chosen columns, decoded in batches; IPC: one stored record batch, read with
 pread, never mapped, so pages of a large file are not charged to the process; JSON Lines: one
-block of `batch_bytes` / 8 of text, which parses to several times its size). Files are opened
-when iteration reaches them and closed when it leaves them.
+block of `batch_bytes` / 8 of text cut at line ends, grown to hold a longer line up to
+`max_line_bytes`, which parses to several times its size: see jsonl.py). Files are opened when
+iteration reaches them and closed when it leaves them.
 """
 
 from __future__ import annotations
@@ -21,21 +22,23 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from datasetrt.errors import ConfigError, SourceInputError
 from datasetrt.sources.base import BATCH_BYTES, BatchSource, Part, slices
 from datasetrt.sources.columns import Columns, Where
+from datasetrt.sources.jsonl import (
+    BLOCK_BYTES_CAP,
+    JSON_TEXT_FACTOR,
+    MAX_LINE_BYTES,
+    MIN_BLOCK_BYTES,
+    JsonText,
+    given_types,
+)
 
 PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc", ".arrows")
 JSONL_SUFFIXES = tuple(s + c for s in (".jsonl", ".ndjson") for c in ("", ".gz", ".bz2", ".zst", ".lz4"))
-
-# Parsing a block of JSON text takes several times its size in pyarrow's memory pool: a block is
-# batch_bytes / 8 of text (1 MiB by default; measured peak PSS of a conversion 82 MiB with 1 MiB
-# blocks, ~200 MiB with 8 MiB blocks).
-JSON_TEXT_FACTOR = 8
 
 PathArg = str | os.PathLike | Sequence[str | os.PathLike]
 
@@ -207,12 +210,17 @@ class ArrowSource(_FileSource):
 
 class JsonLinesSource(_FileSource):
     """JSON Lines files (one object per line; `.gz`, `.bz2`, `.zst`, `.lz4` decompressed by
-    extension), or directories of them, in order.
+    extension), or directories of them, in order (reading: `jsonl.py`).
 
-    Parsed by pyarrow's streaming JSON reader in blocks of `batch_bytes` / 8 of text; column types are
-    inferred from the first block unless given in `column_types` (name -> pyarrow type, e.g.
-    `{"tokens": pa.list_(pa.int32())}`). Errors name the file and the record (0-based object
-    index: the line number when the file has no blank lines).
+    Text is parsed in blocks of `block_bytes` (default `batch_bytes` / 8) cut at line ends; a
+    longer line grows its block, up to `max_line_bytes` (default 64 MiB, or `block_bytes` when
+    larger). Column types are given in `column_types` (some columns: name -> pyarrow type or its
+    name, e.g. `{"tokens": pa.list_(pa.int32())}` or `{"tokens": "list<int32>"}`) or `schema`
+    (every column read; the others are ignored); the others are inferred by a first pass over every file, one block at a
+    time (none when every column the mapping reads has a type). Integers are read exactly or
+    refused; a column mixing integers and floats is refused unless given a float type. Errors name
+    the file, the record (0-based object index: the line number when the file has no blank lines)
+    and the column.
     """
 
     SUFFIXES = JSONL_SUFFIXES
@@ -223,7 +231,10 @@ class JsonLinesSource(_FileSource):
         name: str,
         paths: PathArg,
         *,
-        column_types: Mapping[str, pa.DataType] | None = None,
+        column_types: Mapping[str, pa.DataType | str] | None = None,
+        schema: pa.Schema | Mapping[str, pa.DataType | str] | None = None,
+        block_bytes: int | None = None,
+        max_line_bytes: int | None = None,
         payload: str | None = None,
         metadata: Sequence[str] | None = None,
         rename: Mapping[str, str] | None = None,
@@ -243,36 +254,21 @@ class JsonLinesSource(_FileSource):
             batch_bytes=batch_bytes,
             columns=columns,
         )
-        self.column_types = dict(column_types or {})
+        given, whole = given_types(column_types, schema)
+        self.column_types = given
+        c = self.columns
+        needed = None if c.payload is None or c.metadata is None else [c.payload, *c.metadata]
+        if block_bytes is None:
+            block_bytes = max(MIN_BLOCK_BYTES, min(batch_bytes // JSON_TEXT_FACTOR, BLOCK_BYTES_CAP))
+        if max_line_bytes is None:
+            max_line_bytes = max(MAX_LINE_BYTES, block_bytes) if isinstance(block_bytes, int) else MAX_LINE_BYTES
+        self.text = JsonText(self.files, given, whole, needed, block_bytes, max_line_bytes)
 
     def _file_parts(self, path: Path) -> Iterator[Part]:
-        block = max(1 << 16, min(self.batch_bytes // JSON_TEXT_FACTOR, 1 << 30))
-        read = pajson.ReadOptions(block_size=block, use_threads=False)
-        parse = pajson.ParseOptions(
-            explicit_schema=pa.schema(self.column_types) if self.column_types else None,
-            unexpected_field_behavior="infer",
-        )
-        try:
-            stream = pa.input_stream(str(path), compression="detect")
-        except (pa.ArrowException, OSError) as exc:
-            raise _reading(path, "", exc) from None
-        with closing(stream):
-            try:
-                reader = pajson.open_json(stream, read_options=read, parse_options=parse)
-            except (pa.ArrowException, OSError) as exc:
-                if "Empty JSON" in str(exc):  # an empty file: no records
-                    return
-                raise _reading(path, "", exc) from None
-            yield Part(str(path), reader.schema, self._batches(path, reader))
+        schema = self.text.schema()
+        if schema is not None:
+            yield Part(str(path), schema, self._batches(path))
 
-    def _batches(self, path: Path, reader: Any) -> Iterator[tuple[Where, pa.RecordBatch]]:
-        row = 0
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except (pa.ArrowException, OSError) as exc:
-                raise _reading(path, f": after record {row}", exc) from None
-            yield Where(str(path), None, 0, row, 0, row_word="record"), batch
-            row += batch.num_rows
+    def _batches(self, path: Path) -> Iterator[tuple[Where, pa.RecordBatch]]:
+        for record, batch in self.text.batches(path):
+            yield Where(str(path), None, 0, record, 0, row_word="record"), batch
