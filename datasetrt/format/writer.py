@@ -86,7 +86,7 @@ def source_label(source: Any, position: int, base: Path | None = None) -> tuple[
     if name == "":
         return f"source[{position}]", "CacheSource.name must not be empty"
     if name in (".", "..") or "/" in name:
-        return f"source[{position}]", "CacheSource.name must be a plain path segment"
+        return f"source[{position}]", f"CacheSource.name must be a plain path segment: got {name!r}"
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError as exc:
