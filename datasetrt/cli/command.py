@@ -50,7 +50,7 @@ DESCRIPTION = (
 
 def _validate(paths: list[str], storage: Any) -> int:
     from datasetrt.cli.inspect import STAGING_NOTE, is_staging_dir, remote_store
-    from datasetrt.cli.remote import local_caches, remote_caches
+    from datasetrt.cli.remote import local_caches, not_a_cache, remote_caches
     from datasetrt.dataset.cached import CachedDataset
     from datasetrt.storage.urls import parse_location
     from datasetrt.values.config import ReaderConfig
@@ -61,6 +61,11 @@ def _validate(paths: list[str], storage: Any) -> int:
         location = parse_location(text)
         caches: list[Path | str]
         if isinstance(location, Path):
+            problem = None if is_staging_dir(location) else not_a_cache(location)
+            if problem is not None:
+                failures += 1
+                print(f"FAIL {location}: {problem}")
+                continue
             caches = list(local_caches(location))
         else:
             try:
