@@ -281,7 +281,7 @@ def write_sources(
                 if isinstance(staged, Staged):
                     publisher.add(position, staged)
             if progress is not None:
-                progress.source_done()
+                progress.source_done(written=results[-1] is None)  # None: staged, published at the flush
     finally:
         # Also on KeyboardInterrupt/SystemExit from a source: the complete caches staged before it
         # are published (as if each were published on its own), the interrupted one never.
