@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_inspect = sub.add_parser(
         "inspect",
-        help="manifest summary, schema, counts, sizes and damaged files of caches (no payload read)",
+        help="shallow report of caches: manifest, payload spec, sizes, damage",
         description="Report each cache (a directory or URL; a base: each cache below it) without reading "
-        "payloads: manifest summary, schema, counts, sizes, and every damaged file. Exit 1 if any is damaged.",
+        "payloads: manifest summary, payload spec, schema, counts, sizes, and every damaged file. A shallow check: "
+        "no shard is hashed and no record read (`datasetrt validate` does both). Exit 1 if any is damaged.",
     )
     p_inspect.add_argument(
         "paths", nargs="+", metavar="PATH", help="cache or base: a directory or s3:// gs:// az:// URL"
@@ -109,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_arguments(p_inspect)
     p_validate = sub.add_parser(
         "validate",
-        help="deep validation of caches: every file's sha256, every record read; exit 1 on any failure",
+        help="deep check of caches: every file's sha256, every record read",
         description="Check each cache (a directory or URL; a base: each cache below it) deeply: the sha256 of "
         "every file, metadata decode, index bounds, every record read and checked. A remote cache's files are "
         "downloaded into the node-local cache first. Exit 1 if any cache fails.",
@@ -123,9 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pss",
         add_help=False,
-        help="memory (PSS/USS/RSS) of a command's process tree: datasetrt pss --help",
+        help="memory (PSS/USS/RSS) of a command's process tree",
     )
-    demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
+    demo.add_arguments(
+        sub.add_parser("demo", help="the main job on generated data: write, reweight, read", description=demo.SUMMARY)
+    )
     parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
     return parser
 

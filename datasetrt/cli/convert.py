@@ -37,7 +37,7 @@ from datasetrt.values.codecs import CODEC_NAMES, DICT_BYTES_DEFAULT
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "convert",
-        help="write caches from Parquet, Arrow IPC / Feather or JSON Lines files",
+        help="write caches from Parquet, Arrow, JSON Lines, CSV or .npy files",
         description="Write one cache per SRC (a file, or a directory of files of one kind) under --out.",
     )
     p.add_argument("sources", type=Path, nargs="+", metavar="SRC")

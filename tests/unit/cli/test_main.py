@@ -160,3 +160,37 @@ def test_validate_says_what_a_path_that_names_no_cache_is(write_caches, tmp_path
             f"caches deeper below it: {paths[0]}, {paths[1]}; name a cache or its base directory ({paths[0].parent})"
         )
     assert out[4:] == [f"ok   {paths[0]}: 2 samples verified", f"ok   {paths[1]}: 2 samples verified"]
+
+
+def test_inspect_shows_the_payload_spec_and_says_it_is_shallow(write_caches, tmp_path, runtime, capsys):
+    import numpy as np
+
+    import datasetrt as drt
+    from datasetrt.sources import NumpySource
+
+    (untyped,) = write_caches({"u": 2})
+    source = NumpySource("typed", np.zeros((3, 4), np.int16), index_column="i")
+    config = drt.WriterConfig(show_progress=False, payload_spec=source.payload_spec)
+    (typed,) = runtime.write_cache([source], tmp_path / "typed", writer_config=config)
+    assert main(["inspect", str(untyped), str(typed.path)]) == 0
+    first, second = capsys.readouterr().out.split("\n\n")
+    assert "payload     bytes (no payload spec)" in first and "payload     int16[4]" in second
+    for report in (first, second):
+        assert "check       shallow: " in report and "`datasetrt validate PATH` is the deep check" in report
+    assert main(["inspect", str(typed.path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["payload_spec"] == "int16[4]" and doc["check"].startswith("shallow")
+
+
+def test_help_describes_every_subcommand_on_one_line(monkeypatch, capsys):
+    import pytest
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("  COMMAND") + 1
+    block = lines[start : lines.index("", start)]
+    assert [line.split()[0] for line in block] == ["inspect", "validate", "convert", "prune", "pss", "demo"]
+    assert all(len(line.split()) > 3 for line in block)  # a name, then its description on the same line
