@@ -70,7 +70,7 @@ class WriteProgress:
             self._rate()
         self.sources_done += 1
         self.source_samples = self.source_bytes = 0
-        self.bar.set_description_str(self._description(), refresh=not written)
+        self.bar.set_description_str(self._description(), refresh=False)  # drawn once, by the next update or close
 
     def close(self) -> None:
         self.bar.close()

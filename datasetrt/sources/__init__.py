@@ -1,6 +1,6 @@
 """Sources: adapters from the data users have to CacheSource (named iterables of CacheInput).
 
-Boundary: columnar and bounded readers of Parquet, Arrow IPC / Feather, JSON Lines, Hugging Face
+Boundary: columnar and bounded readers of Parquet, Arrow IPC / Feather, JSON Lines, CSV, Hugging Face
 datasets, numpy arrays and in-memory Arrow data; they know nothing of the cache format or of
 processes (the writer validates and stores what they yield).
 
@@ -22,6 +22,7 @@ from datasetrt.errors import ConfigError
 from datasetrt.sources.arrays import NumpySource
 from datasetrt.sources.base import BATCH_BYTES, BatchSource, RecordBatchSource
 from datasetrt.sources.columns import Columns
+from datasetrt.sources.delimited import CSV_SUFFIXES, CsvSource
 from datasetrt.sources.files import (
     ARROW_SUFFIXES,
     JSONL_SUFFIXES,
@@ -37,6 +38,7 @@ __all__ = [
     "ArrowSource",
     "BatchSource",
     "Columns",
+    "CsvSource",
     "HFDatasetSource",
     "JsonLinesSource",
     "NumpySource",
@@ -46,7 +48,12 @@ __all__ = [
     "open_path",
 ]
 
-_KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))
+_KINDS = (
+    (PARQUET_SUFFIXES, ParquetSource),
+    (ARROW_SUFFIXES, ArrowSource),
+    (JSONL_SUFFIXES, JsonLinesSource),
+    (CSV_SUFFIXES, CsvSource),
+)
 
 
 def _kind(name: str) -> type[_FileSource] | None:
@@ -84,16 +91,16 @@ def open_path(
     columns: Columns | None = None,
     column_types: Mapping[str, Any] | None = None,
 ) -> BatchSource:
-    """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
-    (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`; the
-    column keywords are the sources' (`Columns`); `column_types` is `JsonLinesSource`'s (JSON Lines
-    only)."""
+    """The source for a Parquet / Arrow IPC / JSON Lines / CSV file, or a directory of one of those
+    kinds (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`;
+    the column keywords are the sources' (`Columns`); `column_types` is `JsonLinesSource`'s and
+    `CsvSource`'s (those kinds only)."""
     p = Path(path)
     cls: type[_FileSource] | None
     if p.is_dir():
         kinds = {kind for f in p.rglob("*") if f.is_file() and (kind := _kind(f.name)) is not None}
         if len(kinds) != 1:
-            found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC or JSON Lines files"
+            found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC, JSON Lines or CSV files"
             raise ConfigError(f"{p}: cannot tell which source reads this directory ({found})")
         cls = kinds.pop()
     elif p.is_file():

@@ -33,8 +33,10 @@ def test_a_failed_source_leaves_the_count_and_the_total(runtime, tmp_path, capsy
         writer_config=drt.WriterConfig(show_progress=True),
     )
     assert [type(r).__name__ for r in results] == ["CacheWriteSuccess", "CacheWriteError"]
-    line = _final_line(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    line = _final_line(err)
     assert line.startswith("datasetrt write 2/2 sources: 100%") and " 2000/2000 " in line, line
+    assert err.count("2/2 sources") == 1  # the final state is drawn once
 
 
 def test_without_lengths_the_bar_counts_samples_after_one_colon(runtime, tmp_path, capsys):
