@@ -140,7 +140,7 @@ def caches_below(path: Path, depth: int) -> list[Path]:
     found: list[Path] = []
     level = [path]
     for _ in range(depth):
-        below = []
+        below: list[Path] = []
         for d in level:
             try:
                 children = sorted(c for c in d.iterdir() if c.is_dir() and not c.is_symlink())
