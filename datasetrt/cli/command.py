@@ -3,13 +3,15 @@ store, measure memory, run the demo job.
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
-  datasetrt inspect PATH... [--json]        manifest summary, schema, counts, sizes, the zstd_dict
-                                            dictionary, and every damaged file, without reading
+  datasetrt inspect PATH... [--json]        manifest summary, payload spec, schema, counts, sizes, the
+                                            zstd_dict dictionary, and every damaged file, without reading
                                             payloads (datasetrt/cli/inspect.py); exit 1 if any is damaged
   datasetrt validate PATH...                deep validation (sha256 of every file, the dictionary
                                             loaded, metadata decode, index bounds, every record
-                                            read and checked); exit 1 if any cache fails
-  datasetrt convert SRC... --out BASE ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
+                                            read and checked; a shard that fails its sha256 names its
+                                            damaged samples); exit 1 if any cache fails
+  datasetrt convert SRC... --out BASE ...   caches from Parquet / Arrow IPC / JSON Lines / CSV / .npy
+                                            (convert.py)
   datasetrt prune URL... [--min-age S] [--dry-run]
                                             remove unpublished caches' objects from an object store
                                             (a writer killed before its manifest; prune.py)
@@ -26,6 +28,8 @@ lists objects and downloads only metadata.arrow (and a dictionary) to a temporar
 Object stores are reached with the standard environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_REGION, GOOGLE_*, AZURE_*) and `--storage-option KEY=VALUE` (repeatable,
 wins over the environment; cli/remote.py); no output shows a credential.
+`validate` says "no such directory" for a missing local path, and for a directory that is neither
+a cache nor a base, which caches lie deeper below it and how to name them (cli/remote.py).
 A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
 cache" by inspect and validate, not as a failure, so `datasetrt validate caches/*` works.
 """
