@@ -1,6 +1,6 @@
 """Sources: adapters from the data users have to CacheSource (named iterables of CacheInput).
 
-Boundary: columnar and bounded readers of Parquet, Arrow IPC / Feather, JSON Lines, Hugging Face
+Boundary: columnar and bounded readers of Parquet, Arrow IPC / Feather, JSON Lines, CSV, Hugging Face
 datasets, numpy arrays and in-memory Arrow data; they know nothing of the cache format or of
 processes (the writer validates and stores what they yield).
 
@@ -22,6 +22,7 @@ from datasetrt.errors import ConfigError
 from datasetrt.sources.arrays import NumpySource
 from datasetrt.sources.base import BATCH_BYTES, BatchSource, RecordBatchSource
 from datasetrt.sources.columns import Columns
+from datasetrt.sources.delimited import CSV_SUFFIXES, CsvSource
 from datasetrt.sources.files import (
     ARROW_SUFFIXES,
     JSONL_SUFFIXES,
@@ -37,6 +38,7 @@ __all__ = [
     "ArrowSource",
     "BatchSource",
     "Columns",
+    "CsvSource",
     "HFDatasetSource",
     "JsonLinesSource",
     "NumpySource",
@@ -46,7 +48,12 @@ __all__ = [
     "open_path",
 ]
 
-_KINDS = ((PARQUET_SUFFIXES, ParquetSource), (ARROW_SUFFIXES, ArrowSource), (JSONL_SUFFIXES, JsonLinesSource))
+_KINDS = (
+    (PARQUET_SUFFIXES, ParquetSource),
+    (ARROW_SUFFIXES, ArrowSource),
+    (JSONL_SUFFIXES, JsonLinesSource),
+    (CSV_SUFFIXES, CsvSource),
+)
 
 
 def _kind(name: str) -> type[_FileSource] | None:
@@ -87,16 +94,17 @@ def open_path(
     block_bytes: int | None = None,
     max_line_bytes: int | None = None,
 ) -> BatchSource:
-    """The source for a Parquet / Arrow IPC / JSON Lines file, or a directory of one of those kinds
-    (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`; the
-    column keywords are the sources' (`Columns`); `column_types`, `schema`, `block_bytes` and
-    `max_line_bytes` are `JsonLinesSource`'s (JSON Lines only: a ConfigError for another kind)."""
+    """The source for a Parquet / Arrow IPC / JSON Lines / CSV file, or a directory of one of those
+    kinds (by suffix; a directory mixing kinds is a ConfigError). `name` defaults to `default_name`;
+    the column keywords are the sources' (`Columns`); `column_types` is `JsonLinesSource`'s and
+    `CsvSource`'s, `schema`, `block_bytes` and `max_line_bytes` are `JsonLinesSource`'s (a
+    ConfigError for another kind)."""
     p = Path(path)
     cls: type[_FileSource] | None
     if p.is_dir():
         kinds = {kind for f in p.rglob("*") if f.is_file() and (kind := _kind(f.name)) is not None}
         if len(kinds) != 1:
-            found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC or JSON Lines files"
+            found = ", ".join(sorted(k.__name__ for k in kinds)) or "no Parquet, Arrow IPC, JSON Lines or CSV files"
             raise ConfigError(f"{p}: cannot tell which source reads this directory ({found})")
         cls = kinds.pop()
     elif p.is_file():
@@ -112,8 +120,9 @@ def open_path(
         "max_line_bytes": max_line_bytes,
     }
     extra: dict[str, Any] = {k: v for k, v in json_options.items() if v is not None}
-    if extra and cls is not JsonLinesSource:
-        raise ConfigError(f"{p}: {', '.join(extra)} apply to JSON Lines sources only, not {cls.__name__}")
+    accepted = set(json_options) if cls is JsonLinesSource else {"column_types"} if cls is CsvSource else set()
+    if refused := [k for k in extra if k not in accepted]:
+        raise ConfigError(f"{p}: {', '.join(refused)} do not apply to {cls.__name__}")
     return cls(
         name if name is not None else default_name(p),
         p,

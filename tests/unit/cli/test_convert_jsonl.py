@@ -78,4 +78,4 @@ def test_bad_json_options_are_usage_errors(tmp_path, capsys):
     assert "block_bytes must be an int in" in capsys.readouterr().err
     pq.write_table(pa.table({"text": ["a"]}), tmp_path / "p.parquet")
     assert convert(tmp_path, tmp_path / "p.parquet", "--column-types", "text=string") == 2
-    assert "apply to JSON Lines sources only" in capsys.readouterr().err
+    assert "column_types do not apply to ParquetSource" in capsys.readouterr().err

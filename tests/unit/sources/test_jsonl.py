@@ -245,5 +245,5 @@ def test_type_names_and_option_errors(tmp_path):
         with pytest.raises(ConfigError):
             JsonLinesSource("o", path, payload="text", **kw)
     (tmp_path / "o.parquet").touch()
-    with pytest.raises(ConfigError, match="column_types apply to JSON Lines sources only"):
+    with pytest.raises(ConfigError, match="column_types do not apply to ParquetSource"):
         open_path(tmp_path / "o.parquet", column_types={"n": "int64"})
