@@ -21,11 +21,12 @@ points the cache at it and keeps it alive.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+import time
+from collections.abc import Container, Sequence
 
 from datasetrt._native import gather as native
 from datasetrt._native.table import CacheTable
-from datasetrt.errors import CacheIOError
+from datasetrt.errors import CacheIOError, DiskLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
@@ -68,11 +69,13 @@ class Gatherer:
         self.budget = budget if budget is not None else BUDGET
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
         remote = [h.remote is not None for h in self.handles]
-        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote))
         self._remote = remote if any(remote) else None
         # Remote caches the node cache cannot hold whole: their shard files get evicted while the
-        # read goes on, so this reader keeps open only the shards of its current block.
+        # read goes on, so this reader holds (open and pinned in the node cache) only the shards of
+        # the block it gathers, and none between gathers.
         self._tight = self._remote is not None and _node_cache_tight(self.handles)
+        self._held: dict[tuple[int, int], None] = {}  # (cache, shard) pinned by this reader
+        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote, open_present=not self._tight))
         self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
         shards = [s for h in self.handles for s in h.manifest.shards]
         self.table = CacheTable(
@@ -106,11 +109,12 @@ class Gatherer:
     def _fetch_block(self, cache_pos, sample_id) -> None:
         """Bring the shards a block of rows reads onto the node, for rows of remote caches whose
         shard is not open yet (one download per shard per node: `CacheHandle.shard_path`), and
-        open them. Rows of local caches cost a list lookup each."""
+        open them; under a tight node cache, pinned first (`_hold`). Rows of local caches cost a
+        list lookup each."""
         remote, fds, base = self._remote, self.shards.fds, self.shards.base
         assert remote is not None
         wanted: dict[tuple[int, int], None] = {}
-        needed: set[tuple[int, int]] = set()
+        needed: dict[tuple[int, int], None] = {}  # in order of first use
         for k, sid in zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist()):
             if not remote[k]:
                 continue
@@ -119,16 +123,57 @@ class Gatherer:
                 words = self._index_words[k] = memoryview(self.handles[k].index_map()).cast("B").cast("Q")
             j = words[3 * sid] if 0 <= sid < len(words) // 3 else -1
             if 0 <= j < self.shards.count[k]:  # out-of-range rows are the gather's to refuse
-                needed.add((k, j))
+                needed[(k, j)] = None
                 if fds[base[k] + j] < 0:
                     wanted[(k, j)] = None
-        if wanted and self._tight:
-            # An evicted file stays on disk while a descriptor holds it: before fetching (which
-            # may evict), let go of the shards this block does not read.
-            self.budget.close_fetched(self.shards, needed)
+        if self._tight:
+            self._hold(needed)
+            return
         for k, j in wanted:
             self.handles[k].shard_path(j)
             self.budget.open_fetched(self.shards, k, j)
+
+    def _hold(self, needed: dict[tuple[int, int], None]) -> None:
+        """Under a tight node cache: hold exactly the shards of `needed`, in order, each pinned in
+        the node cache before it is opened (an eviction by any process on the node skips a pinned
+        file, so no file this reader has open is ever removed and its space is never counted
+        twice); what this reader held for another block is closed and unpinned first."""
+        if any(key not in needed for key in self._held):
+            self._release_held(keep=needed)
+        for k, j in needed:
+            if (k, j) not in self._held:
+                self._pin(k, j)
+                self._held[(k, j)] = None
+            self.budget.open_fetched(self.shards, k, j)  # no-op when open
+
+    def _pin(self, k: int, j: int) -> None:
+        """Fetch (if missing) and pin shard j of cache k. The node cache refuses room while other
+        processes' pins fill it (DiskLimitError); those pins are other readers' blocks and the
+        look-ahead, both let go of as their reads move on, so the fetch is tried again, backing
+        off, for up to the storage retry budget before the error is the read's."""
+        handle = self.handles[k]
+        remote = handle.remote
+        assert remote is not None
+        deadline = time.monotonic() + remote.storage.retry_budget_s
+        backoff_s = 0.005
+        while True:
+            try:
+                handle.shard_path(j, pin=True)
+                return
+            except DiskLimitError:
+                if time.monotonic() + backoff_s > deadline:
+                    raise
+            time.sleep(backoff_s)  # waits for other processes to unpin: nothing to wait on but the files
+            backoff_s = min(2 * backoff_s, 0.2)
+
+    def _release_held(self, keep: Container[tuple[int, int]] = ()) -> None:
+        """Close and unpin the shards this reader holds, but those in `keep`."""
+        if not self._held:
+            return
+        self.budget.close_fetched(self.shards, keep)
+        for key in [key for key in self._held if key not in keep]:
+            del self._held[key]
+            self.handles[key[0]].unpin_shard(key[1])
 
     def _map_cache(self, k: int) -> None:
         handle = self.handles[k]
@@ -142,6 +187,9 @@ class Gatherer:
             return
         self._closed = True
         self.budget.release(self.shards)
+        for k, j in self._held:
+            self.handles[k].unpin_shard(j)
+        self._held.clear()
 
     def __del__(self) -> None:
         try:
@@ -178,6 +226,8 @@ class Gatherer:
             )
         finally:
             budget.unpin(shards)
+            if self._tight:
+                self._release_held()
 
     def gather_batch_into(
         self, cache_pos, sample_id, out, offsets, json_off, json_len, check: PayloadCheck
@@ -219,6 +269,8 @@ class Gatherer:
                 )
             finally:
                 budget.unpin(shards)
+                if self._tight:
+                    self._release_held()
             done += got
             if done == n or got < rows:  # all rows, or `out` is full
                 return done, pos, bottom, need
