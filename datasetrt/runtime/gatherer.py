@@ -13,6 +13,14 @@ Descriptors: shard files are opened per cache when a block first needs them and 
 process's one budget (`runtime/descriptors.py`) needs room for another reader or cache; index
 and sidecar files are mapped once and keep no descriptor.
 
+Remote caches under a tight node cache (one that cannot hold all their files at once, so shards
+are evicted while the read goes on): a reader holds a shard (open, and pinned in the node cache
+so no process on the node evicts it) only while it gathers a block that reads it, and none
+between gathers. Every process reading a node's caches keeps this rule (the dataset's readers,
+reader workers, DataLoader workers), so a file is never removed while open and the node's disk
+stays within the limit (files present plus removed-but-open <= limit). A block whose shards do
+not all fit beside the other pins is gathered in prefixes (`_hold`).
+
 Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
 `CacheHandle` (built once per handle and process) when the cache is first mapped here; the table
 points the cache at it and keeps it alive.
@@ -26,7 +34,7 @@ from collections.abc import Container, Sequence
 
 from datasetrt._native import gather as native
 from datasetrt._native.table import CacheTable
-from datasetrt.errors import CacheIOError, DiskLimitError
+from datasetrt.errors import CacheIOError, DiskFullError, DiskLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
@@ -106,16 +114,16 @@ class Gatherer:
                 self.budget.relieve()  # mapping needs one descriptor for a moment
                 self._map_cache(k)
 
-    def _fetch_block(self, cache_pos, sample_id) -> None:
+    def _fetch_block(self, cache_pos, sample_id) -> int:
         """Bring the shards a block of rows reads onto the node, for rows of remote caches whose
         shard is not open yet (one download per shard per node: `CacheHandle.shard_path`), and
-        open them; under a tight node cache, pinned first (`_hold`). Rows of local caches cost a
-        list lookup each."""
+        open them; returns how many leading rows are ready: all of them, or under a tight node
+        cache a prefix (`_hold`). Rows of local caches cost a list lookup each."""
         remote, fds, base = self._remote, self.shards.fds, self.shards.base
         assert remote is not None
         wanted: dict[tuple[int, int], None] = {}
-        needed: dict[tuple[int, int], None] = {}  # in order of first use
-        for k, sid in zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist()):
+        needed: dict[tuple[int, int], int] = {}  # (cache, shard) -> its first row, in order of first use
+        for row, (k, sid) in enumerate(zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist())):
             if not remote[k]:
                 continue
             words = self._index_words.get(k)
@@ -123,34 +131,45 @@ class Gatherer:
                 words = self._index_words[k] = memoryview(self.handles[k].index_map()).cast("B").cast("Q")
             j = words[3 * sid] if 0 <= sid < len(words) // 3 else -1
             if 0 <= j < self.shards.count[k]:  # out-of-range rows are the gather's to refuse
-                needed[(k, j)] = None
+                needed.setdefault((k, j), row)
                 if fds[base[k] + j] < 0:
                     wanted[(k, j)] = None
         if self._tight:
-            self._hold(needed)
-            return
+            return self._hold(needed, len(cache_pos))
         for k, j in wanted:
             self.handles[k].shard_path(j)
             self.budget.open_fetched(self.shards, k, j)
+        return len(cache_pos)
 
-    def _hold(self, needed: dict[tuple[int, int], None]) -> None:
-        """Under a tight node cache: hold exactly the shards of `needed`, in order, each pinned in
-        the node cache before it is opened (an eviction by any process on the node skips a pinned
-        file, so no file this reader has open is ever removed and its space is never counted
-        twice); what this reader held for another block is closed and unpinned first."""
+    def _hold(self, needed: dict[tuple[int, int], int], rows: int) -> int:
+        """Under a tight node cache: hold the shards of `needed` ((cache, shard) -> first row), in
+        order of first use, each pinned in the node cache before it is opened, so no file this
+        reader has open is ever evicted (an eviction by any process on the node skips a pinned
+        file) and its space is never in use twice; what this reader held for another block is
+        closed and unpinned first. Returns the leading rows whose shards are held: all `rows`, or
+        when the node cache has no room for the next shard while this reader holds some, the
+        rows before that shard's first use (the caller gathers them, lets go of everything and
+        asks again for the rest: a block never needs more room than one shard at a time)."""
         if any(key not in needed for key in self._held):
             self._release_held(keep=needed)
-        for k, j in needed:
+        for (k, j), first in needed.items():
             if (k, j) not in self._held:
-                self._pin(k, j)
+                try:
+                    self._pin(k, j, wait=not self._held)
+                except (DiskLimitError, DiskFullError):
+                    if not self._held:
+                        raise
+                    return first  # > 0: the rows before it read only held shards
                 self._held[(k, j)] = None
             self.budget.open_fetched(self.shards, k, j)  # no-op when open
+        return rows
 
-    def _pin(self, k: int, j: int) -> None:
-        """Fetch (if missing) and pin shard j of cache k. The node cache refuses room while other
-        processes' pins fill it (DiskLimitError); those pins are other readers' blocks and the
-        look-ahead, both let go of as their reads move on, so the fetch is tried again, backing
-        off, for up to the storage retry budget before the error is the read's."""
+    def _pin(self, k: int, j: int, *, wait: bool) -> None:
+        """Fetch (if missing) and pin shard j of cache k. The node cache refuses room while pins
+        fill it (DiskLimitError). With `wait` (this reader holds nothing, so it waits on no one
+        who waits on it), the pins in the way are other readers' blocks and the look-ahead, both
+        let go of as their reads move on: the fetch is tried again, backing off, for up to the
+        storage retry budget before the error is the read's."""
         handle = self.handles[k]
         remote = handle.remote
         assert remote is not None
@@ -161,9 +180,9 @@ class Gatherer:
                 handle.shard_path(j, pin=True)
                 return
             except DiskLimitError:
-                if time.monotonic() + backoff_s > deadline:
+                if not wait or time.monotonic() + backoff_s > deadline:
                     raise
-            time.sleep(backoff_s)  # waits for other processes to unpin: nothing to wait on but the files
+            time.sleep(backoff_s)  # other processes unpin through their files: nothing to wait on
             backoff_s = min(2 * backoff_s, 0.2)
 
     def _release_held(self, keep: Container[tuple[int, int]] = ()) -> None:
@@ -205,8 +224,8 @@ class Gatherer:
         Arguments are 1-D contiguous buffers (numpy arrays or memoryviews): cache_pos int64,
         sample_id uint64, out uint8, the four offset/length outputs int64.
         Returns (rows_done, bytes_used, need_bytes) as `_native.gather`: rows_done < len(rows)
-        when `out` filled or when the block's caches did not all fit the descriptor budget (the
-        caller asks again for the rest); need_bytes > 0 when row rows_done alone exceeds what
+        when `out` filled, when the block's caches did not all fit the descriptor budget or when
+        its shards did not all fit a tight node cache at once (the caller asks again for the rest); need_bytes > 0 when row rows_done alone exceeds what
         was left. At least one row is gathered unless `out` is too small for it.
         """
         if self._closed:
@@ -216,7 +235,7 @@ class Gatherer:
         rows = budget.open_block(shards, cache_pos)
         try:
             if self._remote is not None:
-                self._fetch_block(memoryview(cache_pos)[:rows], memoryview(sample_id)[:rows])
+                rows = self._fetch_block(memoryview(cache_pos)[:rows], memoryview(sample_id)[:rows])
             if rows < len(cache_pos):  # the block's caches do not all fit the budget: its prefix
                 cache_pos, sample_id, json_off, json_len, data_off, data_len = (
                     memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len)
@@ -238,8 +257,9 @@ class Gatherer:
         stacked down from the end of `out`; empty to check and drop it). `check` is the payload
         spec's length rule. Returns (rows_done, payload_bytes, json_bottom, need_bytes):
         rows_done < len(rows) only when `out` is full (need_bytes > 0 when row rows_done alone
-        does not fit what is left). Rows whose caches do not all fit the descriptor budget at
-        once are gathered block after block, each continuing where the last one stopped."""
+        does not fit what is left). Rows whose caches do not all fit the descriptor budget (or
+        whose shards do not all fit a tight node cache) at once are gathered block after block,
+        each continuing where the last one stopped."""
         if self._closed:
             raise CacheIOError("reader is closed")
         self._map_block(cache_pos)
@@ -252,7 +272,7 @@ class Gatherer:
             rows = budget.open_block(shards, block)
             try:
                 if self._remote is not None:
-                    self._fetch_block(block[:rows], memoryview(sample_id)[done : done + rows])
+                    rows = self._fetch_block(block[:rows], memoryview(sample_id)[done : done + rows])
                 part = (lambda a: memoryview(a)[done : done + rows]) if done or rows < n - done else (lambda a: a)  # noqa: B023 (called within this iteration)
                 got, pos, bottom, need = native.gather_batch(
                     self.table,
