@@ -157,9 +157,9 @@ class Gatherer:
                 try:
                     self._pin(k, j, wait=not self._held)
                 except (DiskLimitError, DiskFullError):
-                    if not self._held:
+                    if not self._held or first == 0:
                         raise
-                    return first  # > 0: the rows before it read only held shards
+                    return first  # the rows before it read only held shards
                 self._held[(k, j)] = None
             self.budget.open_fetched(self.shards, k, j)  # no-op when open
         return rows
