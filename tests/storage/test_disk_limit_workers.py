@@ -5,9 +5,13 @@ exceed `cache_limit_bytes`, against moto's server through the fault proxy.
 
 The disk is sampled by a thread of the test while the read goes on, under the node cache's space
 lock (so no eviction or reservation happens halfway through a sample) and with files counted once
-per inode (a file renamed or removed during the walk is never counted twice). The consumer waits
-after each batch until a sample taken after it has finished, so every state the read settles in
-between batches is seen whatever the machine's load.
+per inode (a file renamed or removed during the walk is never counted twice): the mirrors' files,
+the partial downloads, and the removed files still open in this process and the reader workers
+(/proc/<pid>/fd); the node cache's bookkeeping under .work (empty lock files, one small SOURCE
+record per mirror) is not data and not counted. The consumer waits after each batch until a
+sample taken after it has finished, so every state the read settles in between batches is seen
+whatever the machine's load, including the workers idle while another reader on the node evicts
+what they read last.
 """
 
 from __future__ import annotations
