@@ -556,6 +556,10 @@ class CachedDataset:
                 f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)"
             )
         population = self._ordered(self._population.with_order(None, None), order)
+        if order is not None and self.reader_config.sampling == "locality":
+            # each stream holds its own locality window on the node: refused before anything changes
+            streams = remote.locality_streams(self._plan(population))
+            remote.check_disk_bound(self._handles, self.reader_config, streams=streams)
         with self._lock:
             self._population = population
             self._epoch_len = None

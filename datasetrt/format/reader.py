@@ -266,11 +266,17 @@ class CacheHandle:
         """Where the cache lives, as the user named it: its URL, or its directory."""
         return self.remote.url if self.remote is not None else str(self.path)
 
-    def shard_path(self, shard: int) -> Path:
-        """The local file of shard `shard`: fetched to the node first for a remote cache."""
+    def shard_path(self, shard: int, *, pin: bool = False) -> Path:
+        """The local file of shard `shard`: fetched to the node first for a remote cache (and
+        with `pin`, pinned in the node cache until `unpin_shard`; a no-op for a local cache)."""
         if self.remote is not None:
-            return self.remote.ensure_shard(self.manifest, shard)
+            return self.remote.ensure_shard(self.manifest, shard, pin=pin)
         return self.path / SHARDS_DIR / self.manifest.shards[shard].name
+
+    def unpin_shard(self, shard: int) -> None:
+        """Drop one node-cache pin of shard `shard` taken by `shard_path(shard, pin=True)`."""
+        if self.remote is not None:
+            self.remote.unpin_shard(self.manifest, shard)
 
     def _local(self, name: str, size: int | None, sha256: str) -> Path:
         """The local file `name` of the cache: for a remote cache, fetched again when the node
