@@ -11,6 +11,9 @@ index or metadata bytes are read. A zstd_dict cache adds one read and sha256 of 
 `validate_deep()` adds the sha256 of every file, an eager decode of metadata.arrow against the
 manifest schema, the dictionary loaded by the codec library, and a vectorised check of every index
 entry.
+
+Size: over 500 lines because the deep check (every sha256, then naming the damaged records of a
+shard by the sidecar) reads the same handle state as the open; it is one section at the end.
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ Invariants:
 
 Costs: a hit is one stat (plus a flock when pinning); a miss adds a directory walk of the root
 under `space.lock` (O(files)), the download and one sequential read to hash it.
+
+Size: over 500 lines because fetching, pinning and eviction share one lock protocol and one
+space account, stated once above; splitting them would split the invariants they keep together.
 """
 
 from __future__ import annotations
