@@ -65,6 +65,7 @@ from datasetrt.values.records import CachedSample
 if TYPE_CHECKING:
     import polars as pl
 
+    from datasetrt.dataset.packing import PackedBatches
     from datasetrt.integrations.torch.batches import DatasetRTBatchLoader
     from datasetrt.integrations.torch.iterable import CachedIterableDataset
     from datasetrt.integrations.torch.loader import DatasetRTDataLoader
@@ -421,6 +422,39 @@ class CachedDataset:
             builder=self._reads.sample_builder,
         )
         yield from self._stages.reads(self.reserve_window(), read, True)
+
+    def iter_packed(
+        self,
+        rows: int,
+        row_len: int,
+        *,
+        mode: str = "split",
+        overlong: str = "split",
+        pad: Any = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        read_size: int = 256,
+    ) -> PackedBatches:
+        """One window (the order `iter_batches` reads) of 1-D token documents packed into batches
+        of `rows` rows of `row_len` tokens (`PackedRows`: tokens, segment_ids, positions,
+        cu_seqlens), "split" (concatenate and chunk) or "whole" (first-fit); each rank of
+        `world_size` packs its own share. Exact resume with `state_dict()` / `load_state_dict()`
+        (docs/packing.md)."""
+        from datasetrt.dataset.packing import PackedBatches
+
+        return PackedBatches(
+            self,
+            rows,
+            row_len,
+            mode=mode,
+            overlong=overlong,
+            pad=pad,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            read_size=read_size,
+        )
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
         """One sample by identity; ignores the active table and does not move any cursor."""
