@@ -5,6 +5,8 @@ documents), resume from (docs, offset), and typed refusals."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -94,7 +96,7 @@ def test_layout_is_consistent(lengths, row_len, rows, mode):
     assert cu[0] == 0 and cu[-1] == p.rows * row_len and np.all(np.diff(cu) > 0)
     assert max_seqlen == np.diff(cu).max() <= row_len
     flat_seg, flat_pos = seg.reshape(-1), pos.reshape(-1)
-    for a, b in zip(cu[:-1], cu[1:]):
+    for a, b in itertools.pairwise(cu):
         # one attention segment: one row, one segment id, positions 0.. (padding: id 0, positions 0)
         assert a // row_len == (b - 1) // row_len
         assert len(set(flat_seg[a:b])) == 1
@@ -197,5 +199,5 @@ def test_packer_names_an_overlong_document():
 def test_share_bounds_cover(length, world):
     shares = [share_bounds(length, r, world) for r in range(world)]
     assert shares[0][0] == 0 and shares[-1][1] == length
-    assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(shares))
     assert max(b - a for a, b in shares) - min(b - a for a, b in shares) <= 1
