@@ -348,6 +348,8 @@ class Packer:
         """The next batch, or None when the fed documents cannot decide it yet (feed more) or,
         when `final` (nothing more will be fed), nothing is left. The batch has `rows` rows except
         the last of a stream, which may have fewer."""
+        if not self.pending:
+            return None
         lengths = np.diff(self._offsets)
         try:
             packing = pack(
