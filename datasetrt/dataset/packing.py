@@ -158,6 +158,7 @@ class PackedBatches:
             )
         if window is None:
             return
+        position, offset, batches = int(position), int(offset), int(batches)  # type: ignore[arg-type]
         lo, hi = share_bounds(window[1], self.rank, self.world_size)
         if lo + position > hi or (offset and lo + position >= hi):
             raise PackingError(
