@@ -25,12 +25,16 @@ __all__ = ["PackedBatches"]
 STATE_VERSION = 1
 
 
-def _documents(ds: DatasetSeam, window: Any, first: int, count: int, read_size: int) -> Iterator[tuple]:
+def _documents(
+    ds: DatasetSeam, window: Any, first: int, count: int, read_size: int, in_process: bool
+) -> Iterator[tuple]:
     """(values, offsets, cache_id, sample_id) of window positions [first, first + count), read
-    `read_size` documents at a time (the dataset's reader workers, if it has them)."""
+    `read_size` documents at a time (the dataset's reader workers, if it has them, unless
+    `in_process`)."""
     if count <= 0:
         return
-    for batch in ds.read_window_batches(window.sub(first, count), read_size, with_metadata=False):
+    batches = ds.read_window_batches(window.sub(first, count), read_size, with_metadata=False, in_process=in_process)
+    for batch in batches:
         with batch:
             values, offsets, _ = batch.to_numpy()
             yield values.reshape(-1), offsets, batch.cache_id, batch.sample_id
@@ -44,6 +48,8 @@ class PackedBatches:
     With `world_size` > 1 each rank (each holding the same dataset, seed and state) reads the
     contiguous share `share_bounds(window length, rank, world_size)` of the window and packs it on
     its own: ranks' batches are whole rows, their documents disjoint, together the window.
+    Documents are read `read_size` at a time through the dataset's reader workers (if it has
+    them), or by this process with `in_process` (code that is itself a worker process).
     """
 
     def __init__(
@@ -59,6 +65,7 @@ class PackedBatches:
         rank: int = 0,
         world_size: int = 1,
         read_size: int = 256,
+        in_process: bool = False,
     ) -> None:
         self.rows, self.row_len = check_packing(rows, row_len, mode, overlong)
         world_size, rank, read_size = (
@@ -73,6 +80,7 @@ class PackedBatches:
             raise ConfigError(f"packing takes 1-D token payloads (PayloadSpec(dtype, (None,))), not {spec}")
         self.mode, self.overlong, self.pad, self.drop_last = mode, overlong, pad, drop_last
         self.rank, self.world_size, self.read_size = rank, world_size, read_size
+        self.in_process = bool(in_process)
         self._ds = ds
         self._window: Any = None
         self._cursor: dict | None = None  # the dataset's cursor after the window was reserved
@@ -106,17 +114,22 @@ class PackedBatches:
         batch.state = self.state_dict()
         return batch
 
-    def _start(self) -> Iterator[PackedRows]:
+    def reserve(self) -> None:
+        """Reserve the window now, as the first `next()` does (nothing if already reserved or
+        loaded from a state): `state_dict()` then names it."""
         if self._window is None:
             self._window = self._ds.reserve_window()
             self._cursor = self._ds.cursor_state().as_dict()
+
+    def _start(self) -> Iterator[PackedRows]:
+        self.reserve()
         lo, hi = share_bounds(self._window.length, self.rank, self.world_size)
         self._base = self._position
         first = lo + self._position
         packer = Packer(
             self.rows, self.row_len, mode=self.mode, overlong=self.overlong, pad=self.pad, offset=self._offset
         )
-        documents = _documents(self._ds, self._window, first, hi - first, self.read_size)
+        documents = _documents(self._ds, self._window, first, hi - first, self.read_size, self.in_process)
         return packed_stream(packer, documents, drop_last=self.drop_last)
 
     def state_dict(self) -> dict:
