@@ -892,14 +892,14 @@ class CachedDataset:
             overlong=overlong,
             pad=pad,
             drop_last=drop_last,
-            num_workers=0 if num_workers == "auto" else num_workers,  # type: ignore[arg-type]
+            num_workers=0 if num_workers == "auto" else num_workers,
             multiprocessing_context="fork"
             if multiprocessing_context == "spawn" and num_workers == "auto"
             else multiprocessing_context,
             pin_memory=pin_memory,
             timeout=timeout,
             worker_init_fn=worker_init_fn,
-            prefetch_factor=None if prefetch_factor == "auto" else prefetch_factor,  # type: ignore[arg-type]
+            prefetch_factor=None if prefetch_factor == "auto" else prefetch_factor,
         )
 
 
