@@ -173,12 +173,12 @@ def _first_fit(lengths: np.ndarray, row_len: int, rows: int, offset: int, final:
     seg: list[tuple[int, int, int, int, int]] = []  # (row, col, doc, start, length)
     dropped = 0
     for d, n in enumerate(lengths.tolist()):
-        start = offset if d == 0 else 0
+        start, cut = (offset if d == 0 else 0), 0
         if n - start > row_len:
             if overlong == "error":
                 raise _Overlong(d, f"document {d} has {n} tokens, more than a row of {row_len} (overlong='error')")
             if overlong == "truncate":
-                dropped += n - start - row_len
+                cut = n - start - row_len
                 n = start + row_len
         while start < n:
             piece = min(n - start, row_len)
@@ -189,6 +189,7 @@ def _first_fit(lengths: np.ndarray, row_len: int, rows: int, offset: int, final:
             seg.append((r, int(used[r]), d, start, piece))
             used[r] += piece
             start += piece
+        dropped += cut  # counted once the document is packed (it may start the next batch)
     if not final or not seg:
         return None
     return _segments(seg, rows, len(lengths), 0, dropped)

@@ -84,6 +84,18 @@ def test_whole_is_first_fit(lengths, row_len, rows):
 
 
 @PROPS
+@given(LENGTHS, st.integers(1, 17), st.integers(1, 4))
+def test_truncate_counts_each_cut_once(lengths, row_len, rows):
+    values, offsets = _docs(lengths)
+    ids = np.arange(len(lengths), dtype=np.uint64)
+    packer = Packer(rows, row_len, mode="whole", overlong="truncate")
+    chunks = [(values, offsets[i : j + 1], ids[i:j], ids[i:j]) for i, j in _cuts(len(lengths), 2)]
+    kept = sum(int((b.segment_ids > 0).sum()) for b in packed_stream(packer, chunks))
+    assert packer.dropped == sum(max(0, n - row_len) for n in lengths)
+    assert kept + packer.dropped == sum(lengths)
+
+
+@PROPS
 @given(LENGTHS, st.integers(1, 17), st.integers(1, 4), st.sampled_from(["split", "whole"]))
 def test_layout_is_consistent(lengths, row_len, rows, mode):
     lengths_arr = np.array(lengths, dtype=np.int64)
@@ -147,6 +159,8 @@ def test_boundaries():
     # truncate keeps a row's worth, counting the rest
     p = pack([10, 3], 4, 2, mode="whole", overlong="truncate")
     assert p.length.tolist() == [4, 3] and p.dropped == 6
+    p = pack([4, 4, 10], 4, 2, mode="whole", overlong="truncate")  # the third starts the next batch
+    assert p.docs == 2 and p.dropped == 0  # its truncation is counted there, once
     with pytest.raises(PackingError, match="document 1 has 9 tokens, more than a row of 4"):
         pack([3, 9], 4, 2, mode="whole", overlong="error")
     # empty documents take no room and give no segment, even between and at the end
