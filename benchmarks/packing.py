@@ -16,7 +16,7 @@ venv, `--grain-python`), on the documents as a list of numpy arrays.
 Figures: pad fraction (padding / row tokens), dropped fraction (truncated tokens / document
 tokens), rows per second (median of repeats).
 
-Usage: python -m benchmarks.packing [--docs N] [--repeats R] [--quick] [--grain-python PATH]
+Usage: python -m benchmarks.packing [--docs N] [--repeats R] [--quick | --smoke] [--grain-python PATH]
 """
 
 from __future__ import annotations
@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="2,000 documents, 2 repeats")
+    parser.add_argument("--smoke", action="store_true", help="300 documents, 1 repeat (tests)")
     parser.add_argument("--grain-python", default=GRAIN_PYTHON)
     parser.add_argument("--grain-worker", help=argparse.SUPPRESS)
     parser.add_argument("--no-dataset", action="store_true", help="skip the end-to-end reads")
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.docs, args.repeats = 2_000, 2
+    if args.smoke:
+        args.docs, args.repeats = 300, 1
     lengths = lengths_of(args.docs)
     print(
         f"{args.docs:,} documents, mean {lengths.mean():.0f} tokens (max {lengths.max():,}); rows of {ROW_LEN}, batches of {ROWS}"
@@ -236,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(dataset_run(lengths, path, algo, "split", "split", workers, args.repeats))
                     results.append(dataset_run(lengths, path, algo, "whole", "truncate", workers, args.repeats))
     print(table(results))
+    expected = {"split": results[0]["digest"], "whole": results[2]["digest"]}
+    different = [r["name"] for r in results[4 if grain else 3 :] if r["digest"] != expected[r["name"].split('"')[1]]]
+    print("every datasetrt read gave the Packer's rows (sha256):", not different)
+    if different:
+        return 1
     if grain is not None:
         same = grain["digest"] == results[2]["digest"]
         print(f'Grain\'s rows == datasetrt "whole" overlong="truncate" rows (sha256): {same}')
