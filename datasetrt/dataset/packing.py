@@ -16,6 +16,8 @@ import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from datasetrt.dataset.seam import DatasetSeam
 from datasetrt.errors import ArgumentTypeError, ConfigError, PackingError
 from datasetrt.sampling.packing import PackedRows, Packer, check_packing, packed_stream, share_bounds
@@ -36,8 +38,12 @@ def _documents(
     batches = ds.read_window_batches(window.sub(first, count), read_size, with_metadata=False, in_process=in_process)
     for batch in batches:
         with batch:
-            values, offsets, _ = batch.to_numpy()
-            yield values.reshape(-1), offsets, batch.cache_id, batch.sample_id
+            arrays = batch.to_numpy()
+            if isinstance(arrays, np.ndarray):  # a dense spec (k,): every document k tokens
+                n, k = arrays.shape
+                yield arrays.reshape(-1), np.arange(n + 1, dtype=np.int64) * k, batch.cache_id, batch.sample_id
+            else:
+                yield arrays.values.reshape(-1), arrays.offsets, batch.cache_id, batch.sample_id
 
 
 class PackedBatches:

@@ -166,6 +166,29 @@ def test_overlong_error_names_the_sample(caches):
         list(ds.iter_packed(ROWS, ROW_LEN, mode="whole", overlong="error"))
 
 
+def test_dense_and_untyped_documents(tmp_path):
+    items = [(np.arange(10, dtype=np.int16) + 100 * i, {"i": i}) for i in range(9)]
+    with drt.DatasetRuntime(num_workers=1) as rt:
+        [dense] = rt.write_cache(
+            [ListSource("dense", items)],
+            tmp_path / "d",
+            writer_config=writer_config(payload_spec=drt.PayloadSpec("int16", (10,))),
+        )
+        [raw] = rt.write_cache(
+            [ListSource("raw", [(bytes(range(i + 1)), {"i": i}) for i in range(9)])],
+            tmp_path / "u",
+            writer_config=writer_config(),
+        )
+    got = list(_open(dense.path).iter_packed(2, 16))
+    assert got[0].tokens.dtype == np.int16 and got[0].tokens.shape == (2, 16)
+    assert np.array_equal(
+        np.sort(np.concatenate([b.tokens[b.segment_ids > 0] for b in got])),
+        np.sort(np.concatenate([t for t, _ in items])),
+    )
+    untyped = list(_open(raw.path).iter_packed(2, 8, mode="whole"))
+    assert untyped[0].tokens.dtype == np.uint8 and sum(int((b.segment_ids > 0).sum()) for b in untyped) == 45
+
+
 def test_refuses_payloads_that_are_not_1d(tmp_path):
     items = [(np.zeros((2, 3), np.float32), {"i": i}) for i in range(8)]
     with drt.DatasetRuntime(num_workers=1) as rt:
