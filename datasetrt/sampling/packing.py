@@ -169,7 +169,7 @@ def _split(lengths: np.ndarray, row_len: int, rows: int, offset: int, final: boo
 
 
 def _first_fit(lengths: np.ndarray, row_len: int, rows: int, offset: int, final: bool, overlong: str) -> Packing | None:
-    used = np.zeros(rows, dtype=np.int64)
+    used = [0] * rows  # a Python list: scanning a few rows beats a numpy call per piece
     seg: list[tuple[int, int, int, int, int]] = []  # (row, col, doc, start, length)
     dropped = 0
     for d, n in enumerate(lengths.tolist()):
@@ -182,11 +182,11 @@ def _first_fit(lengths: np.ndarray, row_len: int, rows: int, offset: int, final:
                 n = start + row_len
         while start < n:
             piece = min(n - start, row_len)
-            fits = np.flatnonzero(used + piece <= row_len)
-            if not len(fits):  # the batch is complete: this piece starts the next one
+            room = row_len - piece
+            r = next((r for r in range(rows) if used[r] <= room), -1)
+            if r < 0:  # the batch is complete: this piece starts the next one
                 return _segments(seg, rows, d, start, dropped)
-            r = int(fits[0])
-            seg.append((r, int(used[r]), d, start, piece))
+            seg.append((r, used[r], d, start, piece))
             used[r] += piece
             start += piece
         dropped += cut  # counted once the document is packed (it may start the next batch)
