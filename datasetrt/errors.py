@@ -132,6 +132,11 @@ class SamplingStateError(ConfigError):
     or is inconsistent, or `advance()` has no next stage to move to."""
 
 
+class PackingError(ConfigError):
+    """Sequence packing refused a document (longer than a row with overlong='error'), or a packing
+    state belongs to another packing (row shape, mode, order, rank) or is inconsistent."""
+
+
 class PlanRangeError(DatasetRTError, IndexError):
     """Plan positions past the end of a finite plan (a stopped mixture or a finished curriculum)."""
 
