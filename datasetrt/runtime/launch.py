@@ -343,7 +343,7 @@ def shutdown(processes: WorkerProcesses, hung: bool = False) -> None:
     KILL_WAIT_S in total, so the caller reports the timeout promptly. Workers hold nothing that
     needs an orderly exit (their rings have no name; the parent owns every other resource). A
     process still there after KILL_WAIT_S (uninterruptible I/O) is left to exit on its own."""
-    procs, zygote, status = processes.procs, processes.zygote, processes.status
+    procs, zygote = processes.procs, processes.zygote
     if hung:
         _kill_all(processes)
         return
