@@ -3,8 +3,9 @@
 datasetrt starts exit when their parent is SIGKILLed; persistent torch workers recover on the
 next pass after one of them is killed.
 
-Timing bounds here are generous against what they exclude (the old paths took the timeout + 10 s,
-or left workers alive for good): a busy machine cannot make them fail, a regression does.
+Timing bounds here are generous against what they exclude (waiting for a stopped process to act
+on Shutdown or SIGTERM: 5 s per step; workers that outlive their parent for good): a busy machine
+does not make them fail, such a wait does.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_stopped_reader_worker_is_reported_within_the_timeout(cache, method):
-    """worker_timeout_s=3: the old path took 13 s (two 5 s joins of a process that reads no
-    Shutdown and ignores SIGTERM); now the hung pool is SIGKILLed when the timeout fires."""
+    """worker_timeout_s=3: the hung pool is SIGKILLed when the timeout fires, not joined twice for
+    5 s (a stopped process reads no Shutdown and does not act on SIGTERM)."""
     timeout_s = 3.0
     rt = drt.DatasetRuntime(num_workers=2, start_method=method)
     rt.start_workers()
@@ -75,10 +76,12 @@ def test_stopped_reader_worker_is_reported_within_the_timeout(cache, method):
         stopped_at = time.monotonic()
         os.kill(pids[0], signal.SIGSTOP)
         try:
-            with pytest.raises(WorkerTimeoutError, match="no progress .* in 3 s .*the workers were killed"):
+            with pytest.raises(WorkerTimeoutError, match="no progress"):
                 consume_within(it, timeout_s=60.0)
             reported_s = time.monotonic() - stopped_at
-            assert reported_s < 10.0, f"reported after {reported_s:.1f} s (timeout {timeout_s} s): the old join path"
+            assert reported_s < 10.0, (
+                f"reported after {reported_s:.1f} s (timeout {timeout_s} s): joined the stopped worker"
+            )
             assert rt.worker_pids == []
             assert wait_pids_gone(pids) == []
         finally:
@@ -94,7 +97,7 @@ def test_stopped_reader_worker_is_reported_within_the_timeout(cache, method):
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_close_kills_a_stopped_worker_at_once(cache, method):
     """An orderly close() does not wait for a stopped worker to read Shutdown or act on SIGTERM
-    (5 s each before): it is SIGKILLed, the others stop as usual."""
+    (5 s each): it is SIGKILLed, the others stop as usual."""
     rt = drt.DatasetRuntime(num_workers=2, start_method=method)
     rt.start_workers()
     pids = rt.worker_pids
@@ -103,7 +106,7 @@ def test_close_kills_a_stopped_worker_at_once(cache, method):
         started = time.monotonic()
         rt.close()
         closed_s = time.monotonic() - started
-        assert closed_s < 5.0, f"close() took {closed_s:.1f} s with a stopped worker: the old 10 s join path"
+        assert closed_s < 5.0, f"close() took {closed_s:.1f} s with a stopped worker: joined it"
         assert wait_pids_gone(pids) == []
     finally:
         kill_survivors(pids)
@@ -161,13 +164,10 @@ def keys(batch) -> list[tuple]:
 
 def test_persistent_torch_workers_restart_after_one_is_killed(cache):
     """The pass that loses a worker fails (torch's error); the next pass starts new workers and
-    yields exactly that pass's batches (before, every later pass failed on the dead worker)."""
+    yields exactly that pass's batches (torch alone would wait for the dead worker on every pass)."""
     pytest.importorskip("torch")
-    args = {"seed": 3, "batch_size": 4, "samples_per_epoch": 400, "collate_fn": keys, "verbose": False}
-    want = _two_passes(drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=0)).to_torch_dataloader(num_workers=0, **args))[1]
-    loader = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=0)).to_torch_dataloader(
-        num_workers=2, persistent_workers=True, multiprocessing_context="fork", **args
-    )
+    want = _two_passes(loader_over(cache, num_workers=0))[1]
+    loader = loader_over(cache, num_workers=2, persistent_workers=True, multiprocessing_context="fork")
     it = iter(loader)
     next(it)
     victim = it._workers[1].pid
@@ -186,5 +186,10 @@ def test_persistent_torch_workers_restart_after_one_is_killed(cache):
     gc.collect()
 
 
+def loader_over(cache: Path, **kw):
+    ds = drt.CachedDataset([cache], reader_config=drt.ReaderConfig(seed=0))
+    return ds.to_torch_dataloader(seed=3, batch_size=4, samples_per_epoch=400, collate_fn=keys, verbose=False, **kw)
+
+
 def _two_passes(loader) -> list[list]:
-    return [[b for b in loader] for _ in range(2)]
+    return [list(loader) for _ in range(2)]
