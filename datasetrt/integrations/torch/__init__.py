@@ -16,7 +16,9 @@ Modules (names are exported here lazily, so importing the package, or `plan`, ne
 - `base`: what both torch datasets share; `iterable`: `CachedIterableDataset`;
   `loader_dataset`: the loader's plan and `LoaderDataset`;
 - `options`: `to_torch_dataloader`'s checks and "auto" values; `loader`: `DatasetRTDataLoader`,
-  `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared;
+  `to_torch_dataloader`; `lifeline`: torch-free — `DieWithParent`, the loaders' `worker_init_fn`
+  (their workers exit with the process that started them, then the user's function runs);
+  `distributed`: `capture_replica`, rank 0's seed and plan shared;
 - `batches`: `to_torch_batches`, the loader's plan read as whole typed batches (one dict of
   tensors per item) gathered in the workers straight into shared-memory tensors;
 - `packed`: `to_torch_batches(rows, pack=row_len)`, the dataset's packed rows (`iter_packed`)
