@@ -234,7 +234,7 @@ class ParquetSource(_FileSource):
         """A metadata column missing from the file that a `key=value` directory above it names:
         say the file was given without its partitioned root (the mapping's own check would only
         list the file's columns)."""
-        asked = self.columns.metadata or []
+        asked: Sequence[str] = self.columns.metadata or []
         above = {urllib.parse.unquote(s.partition("=")[0]) for s in path.parent.parts if "=" in s}
         missing = [m for m in asked if m not in schema.names and m not in self.partitions.get(path, {}) and m in above]
         if missing:

@@ -165,7 +165,7 @@ def as_jax(value: Any) -> Any:
         import jax.numpy as jnp
     except ImportError as exc:
         raise MissingExtraError("SampleBatch.to_jax requires JAX: pip install 'datasetrt[jax]'") from exc
-    x64 = bool(jax.config.jax_enable_x64)
+    x64 = bool(jax.config.read("jax_enable_x64"))
     if isinstance(value, RaggedArrays):
         values, offsets, shapes = value
         if not x64 and len(offsets) and int(offsets[-1]) > np.iinfo(np.int32).max:
