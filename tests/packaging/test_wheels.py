@@ -96,7 +96,9 @@ def test_wheel_carries_every_documentation_page(built, py):
     """docs/*.md ship as package data (datasetrt/_docs/), byte for byte: `datasetrt docs TOPIC`."""
     with zipfile.ZipFile(built.wheels[py]) as zf:
         shipped = {
-            n.removeprefix("datasetrt/_docs/"): zf.read(n) for n in zf.namelist() if n.startswith("datasetrt/_docs/")
+            n.removeprefix("datasetrt/_docs/"): zf.read(n)
+            for n in zf.namelist()
+            if n.startswith("datasetrt/_docs/") and not n.endswith("/")
         }
     pages = {p.name: p.read_bytes() for p in sorted((ROOT / "docs").glob("*.md"))}
     assert pages and shipped == pages
