@@ -154,6 +154,12 @@ class SourceInputError(SourceError):
     file (or dataset), the row group / record batch and row, the column and its type."""
 
 
+class PayloadSpecMismatchError(ConfigError):
+    """A write's payload types disagree: a source's `payload_spec` differs from
+    `WriterConfig.payload_spec`, or (the writer config giving none) from another source's of the
+    same write. Raised before anything is written; the message names the source(s) and both specs."""
+
+
 class DuplicateSourceError(DatasetRTError, ValueError):
     """Two sources in one write call map to the same cache path."""
 

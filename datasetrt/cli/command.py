@@ -18,6 +18,7 @@ Boundary: argument parsing and printing over the public API and the format layer
   datasetrt pss [options] -- COMMAND...     PSS/USS/RSS of a command's process tree (or --pid PID):
                                             report, --csv, --json, --png (datasetrt/cli/pss.py)
   datasetrt demo [--caches N ...]           the main job on generated data (datasetrt/cli/demo.py)
+  datasetrt docs [TOPIC] [--path]           the installed documentation pages (datasetrt/cli/docs.py)
   datasetrt --version
 
 A PATH is a cache directory or an object-store URL (s3://bucket/prefix, gs://, az://); a base (a
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from datasetrt import __version__
-from datasetrt.cli import convert, demo, prune
+from datasetrt.cli import convert, demo, docs, prune
 from datasetrt.cli.remote import add_storage_arguments, storage_config
 from datasetrt.errors import DatasetRTError
 
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_arguments(
         sub.add_parser("demo", help="the main job on generated data: write, reweight, read", description=demo.SUMMARY)
     )
+    docs.add_parser(sub)
     parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
     return parser
 
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return prune.run(args)
     if args.command == "demo":
         return demo.run(args)
+    if args.command == "docs":
+        return docs.run(args)
     try:
         storage = storage_config(args)
     except (ValueError, DatasetRTError) as exc:

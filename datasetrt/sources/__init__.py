@@ -6,8 +6,9 @@ processes (the writer validates and stores what they yield).
 
 Every source takes the same column mapping (`payload=`, `metadata=`, `rename=`, `payload_spec=`,
 `index_column=`, `batch_bytes=`; see `Columns`) and is usable with `rt.write_cache([...], base)`;
-its `payload_spec` (a `datasetrt.PayloadSpec`, given or inferred from a list column) goes in
-`WriterConfig(payload_spec=...)` so the cache records its type.
+its `payload_spec` (a `datasetrt.PayloadSpec`, given or inferred from a list column) is recorded
+by `write_cache` when `WriterConfig.payload_spec` is unset and every source of the call agrees
+(`PayloadSpecMismatchError` when a source's differs from the config's or from another source's).
 `open_path(path, name, ...)` picks the adapter for a file or directory by its suffix.
 """
 

@@ -69,7 +69,7 @@ class BatchSource:
         for a source with no parts. Before iteration, reading it opens the first part for its schema
         only (a Parquet footer, an IPC schema, JSON Lines: the type-inference pass over its files,
         one batch of a dataset).
-        Write with `WriterConfig(payload_spec=source.payload_spec)` to record it in the manifest."""
+        `write_cache` records it in the manifest (DatasetRuntime.write_cache, "Payload types")."""
         if self._spec is _UNKNOWN:
             parts = self._parts()
             try:
