@@ -14,7 +14,7 @@ is built by `_window`, the one place that asks `sampling.orders` for an order.
 
 Size: over 500 lines because it is the public API surface of dataset-rt's `CachedDataset` (each
 public method with its docstring and argument checks); the work behind them lives in `reads.py`,
-`tables.py`, `stages.py`, `remote.py` and `sampling/`.
+`tables.py`, `stages.py`, `remote.py`, `packing.py` and `sampling/`.
 """
 
 from __future__ import annotations
