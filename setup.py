@@ -27,6 +27,8 @@ import sysconfig
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 KERNELS = ["draws", "codec", "mapped", "table", "gather", "batch", "perm"]
 # header -> (Debian package, RPM package)
@@ -147,10 +149,51 @@ class BuildKernels(build_ext):
         super().run()
 
 
+DOCS = "docs"  # the checkout's Markdown pages, which docstrings name as docs/NAME.md
+PACKAGED_DOCS = os.path.join("datasetrt", "_docs")  # where the sdist and the wheel carry them
+
+
+def doc_pages() -> list[str]:
+    """The checkout's pages (docs/*.md), sorted; none in an unpacked sdist (it carries them
+    at datasetrt/_docs/ already, as package data)."""
+    if not os.path.isdir(DOCS):
+        return []
+    return sorted(os.path.join(DOCS, name) for name in os.listdir(DOCS) if name.endswith(".md"))
+
+
+class BuildPyWithDocs(build_py):
+    """build_py that also copies the checkout's docs/*.md into the built package's _docs/, so an
+    installed package opens them (`datasetrt docs TOPIC`, datasetrt/cli/docs.py)."""
+
+    def run(self) -> None:
+        super().run()
+        pages = doc_pages()
+        if pages:
+            target = os.path.join(self.build_lib, PACKAGED_DOCS)
+            self.mkpath(target)
+            for page in pages:
+                self.copy_file(page, target)
+
+
+class SdistWithDocs(sdist):
+    """sdist that carries the pages at datasetrt/_docs/ (not docs/): the wheel built from the
+    sdist takes them as package data."""
+
+    def make_release_tree(self, base_dir: str, files: list) -> None:
+        super().make_release_tree(base_dir, files)
+        target = os.path.join(base_dir, PACKAGED_DOCS)
+        self.mkpath(target)
+        for page in doc_pages():
+            self.copy_file(page, target)
+
+
 extensions = [
     Extension(f"datasetrt._native.{name}", [f"_ext/{name}.pyx"], include_dirs=["_ext"], extra_compile_args=["-O3"])
     for name in KERNELS
 ]
 
 if __name__ == "__main__":  # as setuptools runs it; tests import the link decisions without building
-    setup(ext_modules=extensions, cmdclass={"build_ext": BuildKernels})
+    setup(
+        ext_modules=extensions,
+        cmdclass={"build_ext": BuildKernels, "build_py": BuildPyWithDocs, "sdist": SdistWithDocs},
+    )

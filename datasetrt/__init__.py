@@ -4,6 +4,10 @@
 `PayloadSpec` and `RaggedArrays` (typed payloads) and the sampling configurations `Mixture`, `Stream`, `Stage`,
 `Curriculum`; `datasetrt.errors` holds the exception tree. The public names load lazily (PEP 562), so a reader worker process that
 imports `datasetrt.runtime.worker` never imports Polars through this package's __init__.
+
+Docstrings name documentation pages as `docs/NAME.md`; the installed package carries them:
+`datasetrt docs docs/NAME.md` (or `python -m datasetrt docs NAME`) prints one, `--path` prints
+where it is, and `datasetrt docs` lists them.
 """
 
 from datasetrt import errors

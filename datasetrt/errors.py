@@ -132,6 +132,11 @@ class SamplingStateError(ConfigError):
     or is inconsistent, or `advance()` has no next stage to move to."""
 
 
+class PackingError(ConfigError):
+    """Sequence packing refused a document (longer than a row with overlong='error'), or a packing
+    state belongs to another packing (row shape, mode, order, rank) or is inconsistent."""
+
+
 class PlanRangeError(DatasetRTError, IndexError):
     """Plan positions past the end of a finite plan (a stopped mixture or a finished curriculum)."""
 
@@ -147,6 +152,12 @@ class SourceInputError(SourceError):
     """A `datasetrt.sources` adapter met input it cannot turn into CacheInput: a missing column, a
     null payload, nested or unsupported metadata, a value that does not fit. The message names the
     file (or dataset), the row group / record batch and row, the column and its type."""
+
+
+class PayloadSpecMismatchError(ConfigError):
+    """A write's payload types disagree: a source's `payload_spec` differs from
+    `WriterConfig.payload_spec`, or (the writer config giving none) from another source's of the
+    same write. Raised before anything is written; the message names the source(s) and both specs."""
 
 
 class DuplicateSourceError(DatasetRTError, ValueError):

@@ -3,19 +3,22 @@ store, measure memory, run the demo job.
 
 Boundary: argument parsing and printing over the public API and the format layer.
 
-  datasetrt inspect PATH... [--json]        manifest summary, schema, counts, sizes, the zstd_dict
-                                            dictionary, and every damaged file, without reading
+  datasetrt inspect PATH... [--json]        manifest summary, payload spec, schema, counts, sizes, the
+                                            zstd_dict dictionary, and every damaged file, without reading
                                             payloads (datasetrt/cli/inspect.py); exit 1 if any is damaged
   datasetrt validate PATH...                deep validation (sha256 of every file, the dictionary
                                             loaded, metadata decode, index bounds, every record
-                                            read and checked); exit 1 if any cache fails
-  datasetrt convert SRC... --out BASE ...   caches from Parquet / Arrow IPC / JSON Lines (convert.py)
+                                            read and checked; a shard that fails its sha256 names its
+                                            damaged samples); exit 1 if any cache fails
+  datasetrt convert SRC... --out BASE ...   caches from Parquet / Arrow IPC / JSON Lines / CSV / .npy
+                                            (convert.py)
   datasetrt prune URL... [--min-age S] [--dry-run]
                                             remove unpublished caches' objects from an object store
                                             (a writer killed before its manifest; prune.py)
   datasetrt pss [options] -- COMMAND...     PSS/USS/RSS of a command's process tree (or --pid PID):
                                             report, --csv, --json, --png (datasetrt/cli/pss.py)
   datasetrt demo [--caches N ...]           the main job on generated data (datasetrt/cli/demo.py)
+  datasetrt docs [TOPIC] [--path]           the installed documentation pages (datasetrt/cli/docs.py)
   datasetrt --version
 
 A PATH is a cache directory or an object-store URL (s3://bucket/prefix, gs://, az://); a base (a
@@ -26,6 +29,8 @@ lists objects and downloads only metadata.arrow (and a dictionary) to a temporar
 Object stores are reached with the standard environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_REGION, GOOGLE_*, AZURE_*) and `--storage-option KEY=VALUE` (repeatable,
 wins over the environment; cli/remote.py); no output shows a credential.
+`validate` says "no such directory" for a missing local path, and for a directory that is neither
+a cache nor a base, which caches lie deeper below it and how to name them (cli/remote.py).
 A writers' staging root (`<base>/tmp` without a manifest) is reported as "staging directory, not a
 cache" by inspect and validate, not as a failure, so `datasetrt validate caches/*` works.
 """
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from datasetrt import __version__
-from datasetrt.cli import convert, demo, prune
+from datasetrt.cli import convert, demo, docs, prune
 from datasetrt.cli.remote import add_storage_arguments, storage_config
 from datasetrt.errors import DatasetRTError
 
@@ -50,7 +55,7 @@ DESCRIPTION = (
 
 def _validate(paths: list[str], storage: Any) -> int:
     from datasetrt.cli.inspect import STAGING_NOTE, is_staging_dir, remote_store
-    from datasetrt.cli.remote import local_caches, remote_caches
+    from datasetrt.cli.remote import local_caches, not_a_cache, remote_caches
     from datasetrt.dataset.cached import CachedDataset
     from datasetrt.storage.urls import parse_location
     from datasetrt.values.config import ReaderConfig
@@ -61,6 +66,11 @@ def _validate(paths: list[str], storage: Any) -> int:
         location = parse_location(text)
         caches: list[Path | str]
         if isinstance(location, Path):
+            problem = None if is_staging_dir(location) else not_a_cache(location)
+            if problem is not None:
+                failures += 1
+                print(f"FAIL {location}: {problem}")
+                continue
             caches = list(local_caches(location))
         else:
             try:
@@ -93,9 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p_inspect = sub.add_parser(
         "inspect",
-        help="manifest summary, schema, counts, sizes and damaged files of caches (no payload read)",
+        help="shallow report of caches: manifest, payload spec, sizes, damage",
         description="Report each cache (a directory or URL; a base: each cache below it) without reading "
-        "payloads: manifest summary, schema, counts, sizes, and every damaged file. Exit 1 if any is damaged.",
+        "payloads: manifest summary, payload spec, schema, counts, sizes, and every damaged file. A shallow check: "
+        "no shard is hashed and no record read (`datasetrt validate` does both). Exit 1 if any is damaged.",
     )
     p_inspect.add_argument(
         "paths", nargs="+", metavar="PATH", help="cache or base: a directory or s3:// gs:// az:// URL"
@@ -104,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_arguments(p_inspect)
     p_validate = sub.add_parser(
         "validate",
-        help="deep validation of caches: every file's sha256, every record read; exit 1 on any failure",
+        help="deep check of caches: every file's sha256, every record read",
         description="Check each cache (a directory or URL; a base: each cache below it) deeply: the sha256 of "
         "every file, metadata decode, index bounds, every record read and checked. A remote cache's files are "
         "downloaded into the node-local cache first. Exit 1 if any cache fails.",
@@ -118,9 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "pss",
         add_help=False,
-        help="memory (PSS/USS/RSS) of a command's process tree: datasetrt pss --help",
+        help="memory (PSS/USS/RSS) of a command's process tree",
     )
-    demo.add_arguments(sub.add_parser("demo", help=demo.SUMMARY, description=demo.SUMMARY))
+    demo.add_arguments(
+        sub.add_parser("demo", help="the main job on generated data: write, reweight, read", description=demo.SUMMARY)
+    )
+    docs.add_parser(sub)
     parser.add_argument("--version", action="version", version=f"datasetrt {__version__}")
     return parser
 
@@ -138,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return prune.run(args)
     if args.command == "demo":
         return demo.run(args)
+    if args.command == "docs":
+        return docs.run(args)
     try:
         storage = storage_config(args)
     except (ValueError, DatasetRTError) as exc:

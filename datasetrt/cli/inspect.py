@@ -41,6 +41,10 @@ from datasetrt.format.layout import (
 from datasetrt.format.manifest import Manifest, read_manifest
 
 STAGING_NOTE = "staging directory, not a cache"
+SHALLOW_NOTE = (
+    "shallow: manifest, file sizes and metadata.arrow, no payload read or shard hashed; "
+    "`datasetrt validate PATH` is the deep check"
+)
 
 
 def is_staging_dir(path: Path) -> bool:
@@ -74,6 +78,7 @@ class Report:
                     "cache_id": m.cache_id,
                     "source_name": m.source_name,
                     "sample_count": m.sample_count,
+                    "payload_spec": _spec_text(m),
                     "schema": [{"name": n, "kind": k} for n, k in m.metadata_schema],
                     "shards": len(m.shards),
                     "shard_bytes": sum(s.byte_len for s in m.shards),
@@ -91,9 +96,17 @@ class Report:
                     "metadata_rows": self.metadata_rows,
                 }
             )
+        doc["check"] = SHALLOW_NOTE
         doc["files"] = [{"file": f, "read": what} for f, what in self.files]
         doc["problems"] = [{"file": f, "problem": what} for f, what in self.problems]
         return doc
+
+
+def _spec_text(m: Manifest) -> str:
+    """The manifest's payload spec as messages show it (`int32[None]`), or what an untyped cache holds."""
+    from datasetrt.values.payloads import describe
+
+    return "bytes (no payload spec)" if m.payload_spec is None else describe(*m.payload_spec)
 
 
 def _described(exc: BaseException) -> str:
@@ -267,6 +280,7 @@ def _print_text(report: Report, out: TextIO) -> None:
             file=out,
         )
         print(f"samples     {m.sample_count:,}", file=out)
+        print(f"payload     {_spec_text(m)}", file=out)
         print(f"shards      {len(m.shards)} files, {shard_bytes:,} bytes stored, {raw_bytes:,} payload bytes", file=out)
         if m.dictionary is not None:
             d = m.dictionary
@@ -287,6 +301,7 @@ def _print_text(report: Report, out: TextIO) -> None:
         + (f" ({len(report.problems)} problem{'s' if len(report.problems) > 1 else ''})" if report.problems else ""),
         file=out,
     )
+    print(f"check       {SHALLOW_NOTE}", file=out)
 
 
 def run(

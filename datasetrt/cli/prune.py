@@ -30,7 +30,11 @@ DEFAULT_MIN_AGE_S = 3600.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prune", help=SUMMARY, description=SUMMARY + "; never a published cache or an active write")
+    p = sub.add_parser(
+        "prune",
+        help="remove unpublished caches' objects from object stores",
+        description=SUMMARY + "; never a published cache or an active write",
+    )
     p.add_argument("urls", nargs="+", metavar="URL", help="base prefix of caches, or one unpublished cache")
     p.add_argument(
         "--min-age",

@@ -104,3 +104,49 @@ def local_caches(path: Path) -> list[Path]:
         return [path]
     children = sorted(p for p in path.iterdir() if p.is_dir() and (p / MANIFEST_NAME).is_file())
     return children or [path]
+
+
+CACHES_BELOW_DEPTH = 4  # how deep `not_a_cache` looks for caches under a directory that is neither
+CACHES_SHOWN = 5  # caches a message names
+
+
+def not_a_cache(path: Path) -> str | None:
+    """Why local `path` names no cache, or None when it does (it holds a manifest, or a base whose
+    subdirectories do: `local_caches`). The problem says "no such directory" / "not a directory",
+    or, for a directory without a manifest and without caches one level below, which caches lie
+    deeper (up to CACHES_BELOW_DEPTH levels) and how to name them. O(directories walked)."""
+    if not path.exists():
+        return "no such directory"
+    if not path.is_dir():
+        return "not a directory (a cache is a directory holding manifest.json)"
+    if local_caches(path) != [path] or (path / MANIFEST_NAME).exists():
+        return None
+    found = caches_below(path, CACHES_BELOW_DEPTH)
+    if not found:
+        return f"not a cache (no {MANIFEST_NAME}) and no cache below it"
+    bases = sorted({str(p.parent) for p in found})
+    shown = ", ".join(str(p) for p in found[:CACHES_SHOWN]) + (
+        f" and {len(found) - CACHES_SHOWN} more" if len(found) > CACHES_SHOWN else ""
+    )
+    return (
+        f"not a cache (no {MANIFEST_NAME}) nor a base (no cache one level below it); caches deeper below it: "
+        f"{shown}; name a cache or its base directory ({' '.join(bases[:CACHES_SHOWN])})"
+    )
+
+
+def caches_below(path: Path, depth: int) -> list[Path]:
+    """The cache directories (holding a manifest) under `path`, at most `depth` levels below it,
+    by path; a cache's own subdirectories and symlinked directories are not entered."""
+    found: list[Path] = []
+    level = [path]
+    for _ in range(depth):
+        below: list[Path] = []
+        for d in level:
+            try:
+                children = sorted(c for c in d.iterdir() if c.is_dir() and not c.is_symlink())
+            except OSError:
+                continue
+            for child in children:
+                (found if (child / MANIFEST_NAME).is_file() else below).append(child)
+        level = below
+    return sorted(found)

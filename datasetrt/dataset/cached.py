@@ -14,7 +14,7 @@ is built by `_window`, the one place that asks `sampling.orders` for an order.
 
 Size: over 500 lines because it is the public API surface of dataset-rt's `CachedDataset` (each
 public method with its docstring and argument checks); the work behind them lives in `reads.py`,
-`tables.py`, `stages.py`, `remote.py` and `sampling/`.
+`tables.py`, `stages.py`, `remote.py`, `packing.py` and `sampling/`.
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ from datasetrt.values.records import CachedSample
 if TYPE_CHECKING:
     import polars as pl
 
+    from datasetrt.dataset.packing import PackedBatches
     from datasetrt.integrations.torch.batches import DatasetRTBatchLoader
     from datasetrt.integrations.torch.iterable import CachedIterableDataset
     from datasetrt.integrations.torch.loader import DatasetRTDataLoader
     from datasetrt.integrations.torch.mapped import CachedMapDataset
+    from datasetrt.integrations.torch.packed import DatasetRTPackedLoader
 
 
 def _check_seed(seed: Any) -> int:
@@ -422,6 +424,41 @@ class CachedDataset:
         )
         yield from self._stages.reads(self.reserve_window(), read, True)
 
+    def iter_packed(
+        self,
+        rows: int,
+        row_len: int,
+        *,
+        mode: str = "split",
+        overlong: str = "split",
+        pad: Any = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        read_size: int = 256,
+        in_process: bool = False,
+    ) -> PackedBatches:
+        """One window (the order `iter_batches` reads) of 1-D token documents packed into batches
+        of `rows` rows of `row_len` tokens (`PackedRows`: tokens, segment_ids, positions,
+        cu_seqlens), "split" (concatenate and chunk) or "whole" (first-fit); each rank of
+        `world_size` packs its own share. Exact resume with `state_dict()` / `load_state_dict()`
+        (docs/packing.md)."""
+        from datasetrt.dataset.packing import PackedBatches
+
+        return PackedBatches(
+            self,
+            rows,
+            row_len,
+            mode=mode,
+            overlong=overlong,
+            pad=pad,
+            drop_last=drop_last,
+            rank=rank,
+            world_size=world_size,
+            read_size=read_size,
+            in_process=in_process,
+        )
+
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
         """One sample by identity; ignores the active table and does not move any cursor."""
         if type(cache_id) is not int or type(sample_id) is not int:
@@ -559,6 +596,10 @@ class CachedDataset:
                 f"a {kind.__name__.lower()} is a shuffled order: {method} needs ReaderConfig(shuffle=True)"
             )
         population = self._ordered(self._population.with_order(None, None), order)
+        if order is not None and self.reader_config.sampling == "locality":
+            # each stream holds its own locality window on the node: refused before anything changes
+            streams = remote.locality_streams(self._plan(population))
+            remote.check_disk_bound(self._handles, self.reader_config, streams=streams)
         with self._lock:
             self._population = population
             self._epoch_len = None
@@ -767,14 +808,44 @@ class CachedDataset:
         prefetch_factor: int | str = "auto",
         persistent_workers: bool | str = "auto",
         work_dir: Any = None,
-    ) -> DatasetRTBatchLoader:
+        pack: int | None = None,
+        pack_mode: str = "split",
+        overlong: str = "split",
+    ) -> DatasetRTBatchLoader | DatasetRTPackedLoader:
         """A `torch.utils.data.DataLoader` of whole typed batches of `batch_size` samples (dicts of
         tensors: "payload", or "values"/"offsets"/"shapes" when ragged, "cache_id", "sample_id" and
         the metadata `columns`) whose workers gather each batch straight into shared-memory
         tensors. `length` / `pad` project a ragged payload to `length` steps; `batch_transform`
         runs on each batch in the worker; `shuffle` defaults to this dataset's
         `ReaderConfig.shuffle`; the other arguments are `to_torch_dataloader`'s, and the same
-        arguments give the same samples in the same batches (docs/pytorch.md)."""
+        arguments give the same samples in the same batches (docs/pytorch.md). `pack=row_len`:
+        batches of `batch_size` packed rows of the dataset's window instead (`iter_packed`'s
+        `pack_mode`, `overlong`, `pad`, `drop_last`; docs/packing.md)."""
+        if pack is not None:
+            return self._to_torch_packed(
+                batch_size,
+                pack,
+                pack_mode,
+                overlong,
+                pad,
+                drop_last,
+                num_workers,
+                multiprocessing_context,
+                pin_memory=pin_memory,
+                timeout=timeout,
+                worker_init_fn=worker_init_fn,
+                prefetch_factor=prefetch_factor,
+                unsupported={
+                    "shuffle": shuffle is not None,
+                    "seed": seed != "random",
+                    "samples_per_epoch": samples_per_epoch is not None,
+                    "columns": bool(columns),
+                    "length": length is not None,
+                    "batch_transform": batch_transform is not None,
+                    "persistent_workers": persistent_workers not in ("auto", False),
+                    "work_dir": work_dir is not None,
+                },
+            )
         from datasetrt.integrations.torch import to_torch_batches
 
         return to_torch_batches(
@@ -796,6 +867,48 @@ class CachedDataset:
             prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers,
             work_dir=work_dir,
+        )
+
+    def _to_torch_packed(
+        self,
+        rows: int,
+        row_len: int,
+        mode: str,
+        overlong: str,
+        pad: Any,
+        drop_last: bool,
+        num_workers: int | str,
+        multiprocessing_context: Any,
+        *,
+        pin_memory: bool,
+        timeout: float,
+        worker_init_fn: Callable | None,
+        prefetch_factor: int | str,
+        unsupported: dict[str, bool],
+    ) -> DatasetRTPackedLoader:
+        """`to_torch_batches(rows, pack=row_len, ...)`: the dataset's window packed (its own order
+        and seed), `integrations.torch.packed`; ConfigError naming an argument that does not apply."""
+        given = [name for name, set_ in unsupported.items() if set_]
+        if given:
+            raise ConfigError(f"to_torch_batches(pack=...) reads the dataset's own order: {given[0]}= does not apply")
+        from datasetrt.integrations.torch import to_torch_packed
+
+        return to_torch_packed(
+            self,
+            rows,
+            row_len,
+            mode=mode,
+            overlong=overlong,
+            pad=pad,
+            drop_last=drop_last,
+            num_workers=0 if num_workers == "auto" else num_workers,
+            multiprocessing_context="fork"
+            if multiprocessing_context == "spawn" and num_workers == "auto"
+            else multiprocessing_context,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            prefetch_factor=None if prefetch_factor == "auto" else prefetch_factor,
         )
 
 

@@ -11,6 +11,9 @@ Under a node-cache limit (`StorageConfig.cache_limit_bytes`) the order decides h
 - ordered reads (`shuffle=False`) read shard after shard: two shards at a time;
 - `sampling="locality"` reads `window_shards` shards interleaved, one window after another: a
   window of shards plus the one the next window starts with;
+- a mixture or curriculum (`MixturePlan`, `CurriculumPlan`) under `sampling="locality"` reads
+  each of its m streams in its own locality order at once: m such windows, m x (window_shards + 1)
+  shards (m counts the streams some stage reads; checked when the mixture is set);
 - any other shuffled order touches every shard throughout an epoch, so all of them must fit
   (below that every epoch would download the dataset many times over).
 A dataset whose order cannot fit is refused at open with `DiskLimitError` naming the need, the
@@ -22,7 +25,8 @@ the object's URL, its partial removed).
 
 The prefetch look-ahead under a limit takes only the room the order leaves: the limit holds
 `(limit - small files) // largest shard` shards, the order keeps as many in use as its need
-above counts (`window_shards + 1` for locality, two for an ordered read), and the look-ahead gets
+above counts (`window_shards + 1` for locality, per stream of a mixture; two for an ordered
+read), and the look-ahead gets
 the rest, none when nothing is left, so prefetching never evicts a shard the read still needs
 (when the whole dataset fits, it is not limited). With no limit and every shard already on the node (a warm epoch) a read starts no
 prefetcher.
@@ -41,6 +45,7 @@ from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.local import Chunk
 from datasetrt.runtime.prefetch import ShardPrefetcher
+from datasetrt.sampling.plans import SegmentedPlan
 from datasetrt.storage.node_cache import NodeCache
 from datasetrt.values.config import ReaderConfig
 
@@ -65,9 +70,20 @@ def _small_bytes(handle: CacheHandle) -> int:
     return total
 
 
-def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> None:
+def locality_streams(plan: Any) -> int:
+    """Streams a position plan reads side by side, each in its own locality order: those of a
+    mixture or curriculum (`SegmentedPlan`) that some stage gives a weight; 1 for any other plan."""
+    if not isinstance(plan, SegmentedPlan):
+        return 1
+    read = [any(stage.weights[i] for stage in plan.stages) for i in range(len(plan.names))]
+    return max(1, sum(read))
+
+
+def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig, *, streams: int = 1) -> None:
     """Refuse a dataset whose read order cannot fit the node cache's limit (`DiskLimitError`) or
-    its file system (`DiskFullError`, counting what the node cache holds as room; module docstring)."""
+    its file system (`DiskFullError`, counting what the node cache holds as room; module
+    docstring). `streams`: how many streams a mixture or curriculum reads side by side
+    (`locality_streams`), each holding its own locality window."""
     remote = _remote(handles)
     if not remote:
         return
@@ -78,8 +94,10 @@ def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> No
     if not config.shuffle:
         need, order = resident + 2 * largest, "an ordered read (shuffle=False)"
     elif config.sampling == "locality":
-        need = resident + (config.window_shards + 1) * largest
+        need = resident + streams * (config.window_shards + 1) * largest
         order = f'sampling="locality" with window_shards={config.window_shards}'
+        if streams > 1:
+            order = f"a mixture of {streams} streams, each read with {order},"
     else:
         need, order = everything, f'a shuffled read with sampling="{config.sampling}"'
     need = min(need, everything)
@@ -92,6 +110,8 @@ def check_disk_bound(handles: Sequence[CacheHandle], config: ReaderConfig) -> No
         hint = (
             'use sampling="locality" (shards read a window at a time) or raise cache_limit_bytes'
             if config.shuffle and config.sampling != "locality"
+            else "lower window_shards, read fewer streams at once or raise cache_limit_bytes"
+            if streams > 1
             else "lower window_shards or raise cache_limit_bytes"
         )
         raise DiskLimitError(
@@ -132,11 +152,12 @@ def _all_on_node(remote: Sequence[CacheHandle]) -> bool:
     return True
 
 
-def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None) -> int:
+def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None, *, streams: int = 1) -> int:
     """Shards a read in the order `config` gives may prefetch ahead of itself (0: none): at most
-    what the node cache's limit leaves beside the order's window (half of it when the order is
-    not known) and half of what its file system's room leaves, both beside the dataset's small
-    files (pinned while it is open); none when there is no limit and nothing is missing."""
+    what the node cache's limit leaves beside the order's window (one per stream of a mixture;
+    half of the room when the order is not known) and half of what its file system's room
+    leaves, both beside the dataset's small files (pinned while it is open); none when there is
+    no limit and nothing is missing."""
     remote = _remote(handles)
     if not remote:
         return 0
@@ -160,7 +181,7 @@ def look_ahead(handles: Sequence[CacheHandle], config: ReaderConfig | None) -> i
             in_use = (
                 2
                 if not config.shuffle
-                else config.window_shards + 1
+                else streams * (config.window_shards + 1)
                 if config.sampling == "locality"
                 else len(shard_sizes)
             )
@@ -178,7 +199,7 @@ def prefetcher(
     cache, prefetch off, nothing to fetch, no room, an empty window); see `look_ahead`."""
     if window.length == 0:
         return None
-    ahead = look_ahead(handles, config)
+    ahead = look_ahead(handles, config, streams=locality_streams(getattr(window, "plan", None)))
     if ahead <= 0:
         return None
     first = _remote(handles)[0].remote

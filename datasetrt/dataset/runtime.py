@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from datasetrt.dataset.cached import CachedDataset
-from datasetrt.errors import ArgumentOverflowError, ArgumentTypeError, ConfigError, DatasetRTError
+from datasetrt.errors import (
+    ArgumentOverflowError,
+    ArgumentTypeError,
+    ConfigError,
+    DatasetRTError,
+    PayloadSpecMismatchError,
+)
 from datasetrt.format.overwrite import check_if_exists
 from datasetrt.format.progress import WriteProgress
 from datasetrt.format.reader import CacheHandle, common_payload_spec
@@ -24,7 +30,13 @@ from datasetrt.format.remote import Storage
 from datasetrt.format.results import CacheWriteSuccess
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.storage.urls import parse_location
-from datasetrt.values.config import DEFAULT_STORAGE_CONFIG, DEFAULT_WRITER_CONFIG, ReaderConfig, WriterConfig
+from datasetrt.values.config import (
+    DEFAULT_STORAGE_CONFIG,
+    DEFAULT_WRITER_CONFIG,
+    PayloadSpec,
+    ReaderConfig,
+    WriterConfig,
+)
 
 
 class CacheSourcesDatasetSuccess(NamedTuple):
@@ -157,6 +169,12 @@ class DatasetRuntime:
         - "skip_identical": the source is written to staging and compared; the same cache is kept
           as it is (a success at its path), a different one fails as "error" does, saying so;
         - "replace": the new cache takes the name in one atomic rename, the old one is removed.
+
+        Payload types: a source that declares a `payload_spec` (the `datasetrt.sources` adapters)
+        has it recorded: when `writer_config.payload_spec` is None and every source declares the
+        same spec, the caches are written with it; a source whose spec differs from the writer
+        config's, or sources of one call that disagree, raise PayloadSpecMismatchError (a
+        ConfigError) before anything is written.
         """
         policy = check_if_exists(if_exists)
         if policy != "error" and not isinstance(parse_location(path), Path):
@@ -184,6 +202,7 @@ class DatasetRuntime:
         if comp.algo == "none" and comp.ratio != 1.0:
             raise ConfigError("shard_compression.ratio must be 1.0 when algo is 'none'")
         items = list(sources) if isinstance(sources, (list, tuple)) else [sources]
+        writer_config = with_sources_spec(items, writer_config)
         progress = WriteProgress(items) if writer_config.show_progress and items else None
         start = time.perf_counter_ns()
         profiles: list = []
@@ -252,6 +271,54 @@ class DatasetRuntime:
             return CacheSourcesDatasetError(results, f"no caches were written: {detail}")
         read_config = _read_config(reader_config, writer_config, path)
         return CacheSourcesDatasetSuccess(self.cached_dataset(ok, reader_config=read_config), results)
+
+
+def with_sources_spec(items: list, writer_config: WriterConfig) -> WriterConfig:
+    """`writer_config` with the payload spec the sources declare (`source.payload_spec`, a
+    PayloadSpec or None; reading it may open a source's first file for its schema) when it gives
+    none and every source declares the same one; unchanged when no source declares a spec.
+    PayloadSpecMismatchError when a declared spec differs from the config's, or the config gives
+    none and the sources' disagree (a typed source beside an untyped one included). A source whose
+    spec cannot be read (its own write then fails, as a value) declares nothing. O(sources)."""
+    given = writer_config.payload_spec
+    declared: list[tuple[str, PayloadSpec | None]] = []
+    for item in items:
+        spec = _declared_spec(item)
+        if spec is not _NOT_DECLARED:
+            declared.append((str(getattr(item, "name", type(item).__name__)), spec))
+    if given is not None:
+        for name, spec in declared:
+            if spec is not None and spec != given:
+                raise PayloadSpecMismatchError(
+                    f"source {name!r} has payload spec {spec}, but WriterConfig.payload_spec is {given}; "
+                    "give the same spec to both (or leave WriterConfig.payload_spec unset to use the source's)"
+                )
+        return writer_config
+    specs = {spec for _name, spec in declared}
+    if not any(isinstance(spec, PayloadSpec) for spec in specs):
+        return writer_config
+    if len(specs) == 1 and len(declared) == len(items):
+        return writer_config.model_copy(update={"payload_spec": specs.pop()})
+    listed = ", ".join(f"{name!r}: {spec or 'untyped'}" for name, spec in declared)
+    undeclared = len(items) - len(declared)
+    more = f" and {undeclared} source(s) that declare none" if undeclared else ""
+    raise PayloadSpecMismatchError(
+        f"the sources of one write have different payload specs ({listed}{more}) and WriterConfig.payload_spec "
+        "is unset; write them in separate write_cache calls, or give WriterConfig(payload_spec=...)"
+    )
+
+
+_NOT_DECLARED: Any = object()
+
+
+def _declared_spec(item: Any) -> Any:
+    """`item.payload_spec` when it is a PayloadSpec or None, else `_NOT_DECLARED` (no such
+    attribute, another type, or reading it failed: the write reports that failure)."""
+    try:
+        spec = getattr(item, "payload_spec", _NOT_DECLARED)
+    except DatasetRTError:
+        return _NOT_DECLARED
+    return spec if spec is None or isinstance(spec, PayloadSpec) else _NOT_DECLARED
 
 
 def _read_config(reader_config: ReaderConfig, writer_config: WriterConfig, path: Any) -> ReaderConfig:

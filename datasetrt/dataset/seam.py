@@ -164,6 +164,21 @@ class DatasetSeam(Protocol):
         self, batch_size: int, *, drop_last: bool = False, with_metadata: bool = True
     ) -> Iterator[SampleBatch]: ...
 
+    def iter_packed(
+        self,
+        rows: int,
+        row_len: int,
+        *,
+        mode: str = "split",
+        overlong: str = "split",
+        pad: Any = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        read_size: int = 256,
+        in_process: bool = False,
+    ) -> Any: ...  # a dataset.packing.PackedBatches
+
     def sample_columns(self, cache_id: np.ndarray, sample_id: np.ndarray, names: Sequence[str]) -> dict[str, Any]: ...
 
     def cursor_state(self) -> CursorState: ...

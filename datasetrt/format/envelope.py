@@ -124,13 +124,24 @@ class MetadataSchema:
                 "the metadata is an empty dict {}; a source's samples need at least one metadata column",
             )
         names = sorted(str(n) for n in checked)
-        for name in names:
+        problems: list[SourceError] = []
+        kinds: list[str] = []
+        for name in names:  # every refused column is named in one error (the first one's wording leads)
             if name in RESERVED_COLUMNS:
-                raise _reject(
-                    f"metadata field '{name}' is reserved: cache_id, sample_id and weight are table columns", sample
+                problems.append(
+                    _reject(
+                        f"metadata field '{name}' is reserved: cache_id, sample_id and weight are table columns", sample
+                    )
                 )
+                continue
+            try:
+                kinds.append(normalize_value(name, checked[name], sample)[0])
+            except SourceError as exc:
+                problems.append(exc)
+        if problems:
+            raise problems[0] if len(problems) == 1 else SourceError("; ".join(map(str, problems)))
         self.names: tuple[str, ...] = tuple(names)
-        self.kinds: tuple[str, ...] = tuple(normalize_value(n, checked[n], sample)[0] for n in names)
+        self.kinds: tuple[str, ...] = tuple(kinds)
         self._prefixes = tuple(("{" if i == 0 else ",") + encode_basestring(n) + ":" for i, n in enumerate(names))
         self._name_set = frozenset(names)
 

@@ -11,6 +11,9 @@ index or metadata bytes are read. A zstd_dict cache adds one read and sha256 of 
 `validate_deep()` adds the sha256 of every file, an eager decode of metadata.arrow against the
 manifest schema, the dictionary loaded by the codec library, and a vectorised check of every index
 entry.
+
+Size: over 500 lines because the deep check (every sha256, then naming the damaged records of a
+shard by the sidecar) reads the same handle state as the open; it is one section at the end.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from datasetrt._native.codec import DecodeState
 from datasetrt._native.mapped import MappedFile
-from datasetrt.errors import ArrowFormatError, CacheFormatError, CacheIOError, IntegrityError, ResourceLimitError
+from datasetrt.errors import (
+    ArrowFormatError,
+    CacheFormatError,
+    CacheIOError,
+    DatasetRTError,
+    IntegrityError,
+    ResourceLimitError,
+    os_error_text,
+)
 from datasetrt.format import dictionary, files
 from datasetrt.format.layout import (
     CHECKSUM_ROW_BYTES,
@@ -281,11 +292,17 @@ class CacheHandle:
         """Where the cache lives, as the user named it: its URL, or its directory."""
         return self.remote.url if self.remote is not None else str(self.path)
 
-    def shard_path(self, shard: int) -> Path:
-        """The local file of shard `shard`: fetched to the node first for a remote cache."""
+    def shard_path(self, shard: int, *, pin: bool = False) -> Path:
+        """The local file of shard `shard`: fetched to the node first for a remote cache (and
+        with `pin`, pinned in the node cache until `unpin_shard`; a no-op for a local cache)."""
         if self.remote is not None:
-            return self.remote.ensure_shard(self.manifest, shard)
+            return self.remote.ensure_shard(self.manifest, shard, pin=pin)
         return self.path / SHARDS_DIR / self.manifest.shards[shard].name
+
+    def unpin_shard(self, shard: int) -> None:
+        """Drop one node-cache pin of shard `shard` taken by `shard_path(shard, pin=True)`."""
+        if self.remote is not None:
+            self.remote.unpin_shard(self.manifest, shard)
 
     def _local(self, name: str, size: int | None, sha256: str) -> Path:
         """The local file `name` of the cache: for a remote cache, fetched again when the node
@@ -427,7 +444,11 @@ class CacheHandle:
         index_bytes = m.sample_count * INDEX_ROW_BYTES
         _check_sha256(self._local(INDEX_NAME, index_bytes, m.index_sha256), m.index_sha256, index_bytes)
         for k, shard in enumerate(m.shards):  # a remote cache's shards are fetched (once per node) to be hashed
-            _check_sha256(self.shard_path(k), shard.sha256, shard.byte_len)
+            path = self.shard_path(k)
+            try:
+                _check_sha256(path, shard.sha256, shard.byte_len)
+            except IntegrityError as exc:
+                raise IntegrityError(f"{exc}: {self._damaged_records(k, path)}") from None
         if m.checksums is not None:
             sidecar = m.checksums
             sidecar_bytes = m.sample_count * CHECKSUM_ROW_BYTES
@@ -449,6 +470,75 @@ class CacheHandle:
                 raise CacheFormatError(
                     f"invalid binary record: index row {int(bad[0])} lies outside its shard: {self.path / INDEX_NAME}"
                 )
+
+    def _damaged_records(self, shard: int, path: Path) -> str:
+        """Which samples of shard `shard` (file `path`, whose sha256 did not match) are damaged, by
+        their per-record XXH3 in the checksum sidecar (itself checked against its sha256 first), for
+        the message of a failed deep validation; or why they cannot be named. Error path only:
+        reads the shard once more in spans of at most DAMAGE_SPAN_BYTES (a record larger than that is
+        its own span) and hashes its records; the index, already hashed, says where they lie."""
+        import numpy as np
+
+        from datasetrt._native import codec
+
+        m = self.manifest
+        if m.checksums is None:
+            return "the cache has no per-record checksums (checksums.xxh3), so the damaged record cannot be named"
+        sidecar_bytes = m.sample_count * CHECKSUM_ROW_BYTES
+        try:
+            _check_sha256(
+                self._local(m.checksums.file, sidecar_bytes, m.checksums.sha256), m.checksums.sha256, sidecar_bytes
+            )
+            checksum_map = self.checksum_map()
+            assert checksum_map is not None
+            expected = np.frombuffer(memoryview(checksum_map), dtype="<u8")
+            index = self.index_array()
+        except DatasetRTError as exc:
+            return f"the damaged record cannot be named ({exc})"
+        byte_len = m.shards[shard].byte_len
+        rows = np.flatnonzero(index[:, 0] == shard)
+        offsets, lengths = index[rows, 1], index[rows, 2]
+        inside = (offsets <= byte_len) & (lengths <= byte_len - np.minimum(offsets, byte_len))
+        rows, offsets, lengths = rows[inside], offsets[inside], lengths[inside]  # the rest: the bounds check's
+        order = np.argsort(offsets, kind="stable")
+        rows, offsets, lengths = rows[order].tolist(), offsets[order].tolist(), lengths[order].tolist()
+        damaged: list[int] = []
+        try:
+            fd, _st = files.open_regular(path)
+        except OSError as exc:
+            return f"the damaged record cannot be named ({os_error_text(exc)})"
+        try:
+            start = 0
+            while start < len(rows):
+                stop = start + 1
+                span_start = offsets[start]
+                while stop < len(rows) and offsets[stop] + lengths[stop] - span_start <= DAMAGE_SPAN_BYTES:
+                    stop += 1
+                span_end = max(o + n for o, n in zip(offsets[start:stop], lengths[start:stop]))
+                data = os.pread(fd, span_end - span_start, span_start)
+                records = [
+                    data[o - span_start : o - span_start + n] for o, n in zip(offsets[start:stop], lengths[start:stop])
+                ]
+                sums = np.zeros(len(records), dtype=np.uint64)
+                codec.xxh3_64_pairs(records, [b""] * len(records), sums)
+                wanted = expected[rows[start:stop]]
+                damaged += [rows[start + i] for i in np.flatnonzero(sums != wanted).tolist()]
+                start = stop
+        except OSError as exc:
+            return f"the damaged record cannot be named ({os_error_text(exc)})"
+        finally:
+            os.close(fd)
+        if not damaged:
+            return f"each of its {len(rows):,} records matches its per-record checksum (the damage lies outside them)"
+        damaged.sort()
+        shown = ", ".join(map(str, damaged[:DAMAGE_SHOWN]))
+        more = f" and {len(damaged) - DAMAGE_SHOWN:,} more" if len(damaged) > DAMAGE_SHOWN else ""
+        noun = "record: sample" if len(damaged) == 1 else f"records ({len(damaged):,} of {len(rows):,}): samples"
+        return f"damaged {noun} {shown}{more} of {self.source} (per-record checksum mismatch)"
+
+
+DAMAGE_SPAN_BYTES = 8 << 20  # `_damaged_records` reads a damaged shard in spans of at most this
+DAMAGE_SHOWN = 10  # sample ids a message lists
 
 
 def _default_storage() -> Storage:

@@ -105,15 +105,22 @@ class RemoteCache:
     def mirror(self) -> Mirror:
         return self.storage.node_cache().mirror(self.storage.store(self.location), version=self.version)
 
-    def ensure(self, name: str, *, size: int | None, sha256: str, max_bytes: int | None = None) -> Path:
+    def ensure(
+        self, name: str, *, size: int | None, sha256: str, max_bytes: int | None = None, pin: bool = False
+    ) -> Path:
         """The local path of cache file `name` (e.g. "shards/000000.bin"), fetched first when it
-        is not on the node (one download per node; verified against `size` and `sha256`)."""
+        is not on the node (one download per node; verified against `size` and `sha256`); with
+        `pin`, pinned in the node cache (no process evicts it) until `unpin(name)`."""
         bound = DEFAULT_SMALL_MAX_BYTES if max_bytes is None else max_bytes
-        return self.mirror().ensure(name, size=size, sha256=sha256, max_bytes=bound)
+        return self.mirror().ensure(name, size=size, sha256=sha256, max_bytes=bound, pin=pin)
 
-    def ensure_shard(self, manifest: Manifest, shard: int) -> Path:
+    def ensure_shard(self, manifest: Manifest, shard: int, *, pin: bool = False) -> Path:
         entry = manifest.shards[shard]
-        return self.ensure(f"{SHARDS_DIR}/{entry.name}", size=entry.byte_len, sha256=entry.sha256)
+        return self.ensure(f"{SHARDS_DIR}/{entry.name}", size=entry.byte_len, sha256=entry.sha256, pin=pin)
+
+    def unpin_shard(self, manifest: Manifest, shard: int) -> None:
+        """Drop one pin of shard `shard` taken by this process (`ensure_shard(..., pin=True)`)."""
+        self.mirror().unpin(f"{SHARDS_DIR}/{manifest.shards[shard].name}")
 
     def shard_names(self, manifest: Manifest) -> list[str]:
         return [f"{SHARDS_DIR}/{entry.name}" for entry in manifest.shards]

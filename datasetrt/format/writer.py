@@ -86,7 +86,7 @@ def source_label(source: Any, position: int, base: Path | None = None) -> tuple[
     if name == "":
         return f"source[{position}]", "CacheSource.name must not be empty"
     if name in (".", "..") or "/" in name:
-        return f"source[{position}]", "CacheSource.name must be a plain path segment"
+        return f"source[{position}]", f"CacheSource.name must be a plain path segment: got {name!r}"
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -281,7 +281,7 @@ def write_sources(
                 if isinstance(staged, Staged):
                     publisher.add(position, staged)
             if progress is not None:
-                progress.source_done()
+                progress.source_done(written=results[-1] is None)  # None: staged, published at the flush
     finally:
         # Also on KeyboardInterrupt/SystemExit from a source: the complete caches staged before it
         # are published (as if each were published on its own), the interrupted one never.

@@ -77,6 +77,7 @@ class ShardDescriptors:
     __slots__ = (
         "paths",
         "fetched",
+        "open_present",
         "base",
         "count",
         "fds",
@@ -89,12 +90,17 @@ class ShardDescriptors:
         "__weakref__",
     )
 
-    def __init__(self, shard_paths: Sequence[Sequence[str]], fetched: Sequence[bool] | None = None) -> None:
+    def __init__(
+        self, shard_paths: Sequence[Sequence[str]], fetched: Sequence[bool] | None = None, *, open_present: bool = True
+    ) -> None:
         n = len(shard_paths)
         self.paths = [list(p) for p in shard_paths]
         # Per cache: True when its shard files appear on demand (a remote cache's mirror): opening
         # the cache then opens the shards present and leaves the others closed until fetched.
         self.fetched = bytearray(n) if fetched is None else bytearray(bool(f) for f in fetched)
+        # False: opening a fetched cache opens none of its shards, each opens only by
+        # `open_fetched` (a reader that pins every shard it holds open in the node cache).
+        self.open_present = open_present
         self.count = array("q", [len(p) for p in self.paths])
         self.base = array("q", [0] * n)
         total = 0
@@ -282,8 +288,8 @@ class DescriptorBudget:
     def _open_cache(self, reader: ShardDescriptors, k: int) -> None:
         base = reader.base[k]
         for j, path in enumerate(reader.paths[k]):
-            if reader.fetched[k] and not os.path.exists(path):
-                continue  # not on the node yet: opened by open_fetched once it is
+            if reader.fetched[k] and (not reader.open_present or not os.path.exists(path)):
+                continue  # not on the node yet (or not pinned yet): opened by open_fetched once it is
             try:
                 fd = self._open_file(path)
             except OSError as exc:

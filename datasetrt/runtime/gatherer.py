@@ -13,6 +13,14 @@ Descriptors: shard files are opened per cache when a block first needs them and 
 process's one budget (`runtime/descriptors.py`) needs room for another reader or cache; index
 and sidecar files are mapped once and keep no descriptor.
 
+Remote caches under a tight node cache (one that cannot hold all their files at once, so shards
+are evicted while the read goes on): a reader holds a shard (open, and pinned in the node cache
+so no process on the node evicts it) only while it gathers a block that reads it, and none
+between gathers. Every process reading a node's caches keeps this rule (the dataset's readers,
+reader workers, DataLoader workers), so a file is never removed while open and the node's disk
+stays within the limit (files present plus removed-but-open <= limit). A block whose shards do
+not all fit beside the other pins is gathered in prefixes (`_hold`).
+
 Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
 `CacheHandle` (built once per handle and process) when the cache is first mapped here; the table
 points the cache at it and keeps it alive.
@@ -21,11 +29,12 @@ points the cache at it and keeps it alive.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+import time
+from collections.abc import Container, Sequence
 
 from datasetrt._native import gather as native
 from datasetrt._native.table import CacheTable
-from datasetrt.errors import CacheIOError
+from datasetrt.errors import CacheIOError, DiskFullError, DiskLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
@@ -68,11 +77,13 @@ class Gatherer:
         self.budget = budget if budget is not None else BUDGET
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
         remote = [h.remote is not None for h in self.handles]
-        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote))
         self._remote = remote if any(remote) else None
         # Remote caches the node cache cannot hold whole: their shard files get evicted while the
-        # read goes on, so this reader keeps open only the shards of its current block.
+        # read goes on, so this reader holds (open and pinned in the node cache) only the shards of
+        # the block it gathers, and none between gathers.
         self._tight = self._remote is not None and _node_cache_tight(self.handles)
+        self._held: dict[tuple[int, int], None] = {}  # (cache, shard) pinned by this reader
+        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote, open_present=not self._tight))
         self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
         shards = [s for h in self.handles for s in h.manifest.shards]
         self.table = CacheTable(
@@ -103,15 +114,16 @@ class Gatherer:
                 self.budget.relieve()  # mapping needs one descriptor for a moment
                 self._map_cache(k)
 
-    def _fetch_block(self, cache_pos, sample_id) -> None:
+    def _fetch_block(self, cache_pos, sample_id) -> int:
         """Bring the shards a block of rows reads onto the node, for rows of remote caches whose
         shard is not open yet (one download per shard per node: `CacheHandle.shard_path`), and
-        open them. Rows of local caches cost a list lookup each."""
+        open them; returns how many leading rows are ready: all of them, or under a tight node
+        cache a prefix (`_hold`). Rows of local caches cost a list lookup each."""
         remote, fds, base = self._remote, self.shards.fds, self.shards.base
         assert remote is not None
         wanted: dict[tuple[int, int], None] = {}
-        needed: set[tuple[int, int]] = set()
-        for k, sid in zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist()):
+        needed: dict[tuple[int, int], int] = {}  # (cache, shard) -> its first row, in order of first use
+        for row, (k, sid) in enumerate(zip(memoryview(cache_pos).tolist(), memoryview(sample_id).tolist())):
             if not remote[k]:
                 continue
             words = self._index_words.get(k)
@@ -119,16 +131,68 @@ class Gatherer:
                 words = self._index_words[k] = memoryview(self.handles[k].index_map()).cast("B").cast("Q")
             j = words[3 * sid] if 0 <= sid < len(words) // 3 else -1
             if 0 <= j < self.shards.count[k]:  # out-of-range rows are the gather's to refuse
-                needed.add((k, j))
+                needed.setdefault((k, j), row)
                 if fds[base[k] + j] < 0:
                     wanted[(k, j)] = None
-        if wanted and self._tight:
-            # An evicted file stays on disk while a descriptor holds it: before fetching (which
-            # may evict), let go of the shards this block does not read.
-            self.budget.close_fetched(self.shards, needed)
+        if self._tight:
+            return self._hold(needed, len(cache_pos))
         for k, j in wanted:
             self.handles[k].shard_path(j)
             self.budget.open_fetched(self.shards, k, j)
+        return len(cache_pos)
+
+    def _hold(self, needed: dict[tuple[int, int], int], rows: int) -> int:
+        """Under a tight node cache: hold the shards of `needed` ((cache, shard) -> first row), in
+        order of first use, each pinned in the node cache before it is opened, so no file this
+        reader has open is ever evicted (an eviction by any process on the node skips a pinned
+        file) and its space is never in use twice; what this reader held for another block is
+        closed and unpinned first. Returns the leading rows whose shards are held: all `rows`, or
+        when the node cache has no room for the next shard while this reader holds some, the
+        rows before that shard's first use (the caller gathers them, lets go of everything and
+        asks again for the rest: a block never needs more room than one shard at a time)."""
+        if any(key not in needed for key in self._held):
+            self._release_held(keep=needed)
+        for (k, j), first in needed.items():
+            if (k, j) not in self._held:
+                try:
+                    self._pin(k, j, wait=not self._held)
+                except (DiskLimitError, DiskFullError):
+                    if not self._held or first == 0:
+                        raise
+                    return first  # the rows before it read only held shards
+                self._held[(k, j)] = None
+            self.budget.open_fetched(self.shards, k, j)  # no-op when open
+        return rows
+
+    def _pin(self, k: int, j: int, *, wait: bool) -> None:
+        """Fetch (if missing) and pin shard j of cache k. The node cache refuses room while pins
+        fill it (DiskLimitError). With `wait` (this reader holds nothing, so it waits on no one
+        who waits on it), the pins in the way are other readers' blocks and the look-ahead, both
+        let go of as their reads move on: the fetch is tried again, backing off, for up to the
+        storage retry budget before the error is the read's."""
+        handle = self.handles[k]
+        remote = handle.remote
+        assert remote is not None
+        deadline = time.monotonic() + remote.storage.retry_budget_s
+        backoff_s = 0.005
+        while True:
+            try:
+                handle.shard_path(j, pin=True)
+                return
+            except DiskLimitError:
+                if not wait or time.monotonic() + backoff_s > deadline:
+                    raise
+            time.sleep(backoff_s)  # other processes unpin through their files: nothing to wait on
+            backoff_s = min(2 * backoff_s, 0.2)
+
+    def _release_held(self, keep: Container[tuple[int, int]] = ()) -> None:
+        """Close and unpin the shards this reader holds, but those in `keep`."""
+        if not self._held:
+            return
+        self.budget.close_fetched(self.shards, keep)
+        for key in [key for key in self._held if key not in keep]:
+            del self._held[key]
+            self.handles[key[0]].unpin_shard(key[1])
 
     def _map_cache(self, k: int) -> None:
         handle = self.handles[k]
@@ -142,6 +206,9 @@ class Gatherer:
             return
         self._closed = True
         self.budget.release(self.shards)
+        for k, j in self._held:
+            self.handles[k].unpin_shard(j)
+        self._held.clear()
 
     def __del__(self) -> None:
         try:
@@ -157,8 +224,8 @@ class Gatherer:
         Arguments are 1-D contiguous buffers (numpy arrays or memoryviews): cache_pos int64,
         sample_id uint64, out uint8, the four offset/length outputs int64.
         Returns (rows_done, bytes_used, need_bytes) as `_native.gather`: rows_done < len(rows)
-        when `out` filled or when the block's caches did not all fit the descriptor budget (the
-        caller asks again for the rest); need_bytes > 0 when row rows_done alone exceeds what
+        when `out` filled, when the block's caches did not all fit the descriptor budget or when
+        its shards did not all fit a tight node cache at once (the caller asks again for the rest); need_bytes > 0 when row rows_done alone exceeds what
         was left. At least one row is gathered unless `out` is too small for it.
         """
         if self._closed:
@@ -168,7 +235,7 @@ class Gatherer:
         rows = budget.open_block(shards, cache_pos)
         try:
             if self._remote is not None:
-                self._fetch_block(memoryview(cache_pos)[:rows], memoryview(sample_id)[:rows])
+                rows = self._fetch_block(memoryview(cache_pos)[:rows], memoryview(sample_id)[:rows])
             if rows < len(cache_pos):  # the block's caches do not all fit the budget: its prefix
                 cache_pos, sample_id, json_off, json_len, data_off, data_len = (
                     memoryview(a)[:rows] for a in (cache_pos, sample_id, json_off, json_len, data_off, data_len)
@@ -178,6 +245,8 @@ class Gatherer:
             )
         finally:
             budget.unpin(shards)
+            if self._tight:
+                self._release_held()
 
     def gather_batch_into(
         self, cache_pos, sample_id, out, offsets, json_off, json_len, check: PayloadCheck
@@ -188,8 +257,9 @@ class Gatherer:
         stacked down from the end of `out`; empty to check and drop it). `check` is the payload
         spec's length rule. Returns (rows_done, payload_bytes, json_bottom, need_bytes):
         rows_done < len(rows) only when `out` is full (need_bytes > 0 when row rows_done alone
-        does not fit what is left). Rows whose caches do not all fit the descriptor budget at
-        once are gathered block after block, each continuing where the last one stopped."""
+        does not fit what is left). Rows whose caches do not all fit the descriptor budget (or
+        whose shards do not all fit a tight node cache) at once are gathered block after block,
+        each continuing where the last one stopped."""
         if self._closed:
             raise CacheIOError("reader is closed")
         self._map_block(cache_pos)
@@ -202,7 +272,7 @@ class Gatherer:
             rows = budget.open_block(shards, block)
             try:
                 if self._remote is not None:
-                    self._fetch_block(block[:rows], memoryview(sample_id)[done : done + rows])
+                    rows = self._fetch_block(block[:rows], memoryview(sample_id)[done : done + rows])
                 part = (lambda a: memoryview(a)[done : done + rows]) if done or rows < n - done else (lambda a: a)  # noqa: B023 (called within this iteration)
                 got, pos, bottom, need = native.gather_batch(
                     self.table,
@@ -219,6 +289,8 @@ class Gatherer:
                 )
             finally:
                 budget.unpin(shards)
+                if self._tight:
+                    self._release_held()
             done += got
             if done == n or got < rows:  # all rows, or `out` is full
                 return done, pos, bottom, need

@@ -45,7 +45,8 @@ from multiprocess.context import SpawnProcess, reduction, set_spawning_popen
 from datasetrt.runtime.protocol import Shutdown, WorkerExited, WorkerForked
 from datasetrt.runtime.worker import worker_main, zygote_main
 
-JOIN_TIMEOUT_S = 5.0
+JOIN_TIMEOUT_S = 5.0  # orderly shutdown: per step and process
+KILL_WAIT_S = 2.0  # hung shutdown: the whole stop (docs/reliability.md, "Stuck workers")
 
 
 @dataclass(eq=False)
@@ -328,12 +329,24 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def shutdown(processes: WorkerProcesses) -> None:
-    """Stop workers: Shutdown message, join, then terminate and kill; close every pipe (the
-    workers' ring mappings go with them). Runs at the pool's close(), garbage collection, or
-    interpreter exit (weakref.finalize's atexit hook, before module teardown). O(workers) joins,
-    each bounded by JOIN_TIMEOUT_S."""
-    procs, zygote, status = processes.procs, processes.zygote, processes.status
+def shutdown(processes: WorkerProcesses, hung: bool = False) -> None:
+    """Stop workers and close every pipe (the workers' ring mappings go with them). Runs at the
+    pool's close(), garbage collection, or interpreter exit (weakref.finalize's atexit hook, before
+    module teardown).
+
+    Orderly (`hung=False`): Shutdown message, join, then SIGTERM (with SIGCONT, so a stopped
+    process acts on it) and SIGKILL; O(workers) joins, each bounded by JOIN_TIMEOUT_S. A worker
+    that is stopped (SIGSTOP, a debugger) cannot read the Shutdown message: it is killed at once.
+
+    Hung (`hung=True`, the pool timed out waiting for progress): nothing is asked of the workers;
+    every worker (then the zygote) is SIGKILLed at once and the whole stop waits at most
+    KILL_WAIT_S in total, so the caller reports the timeout promptly. Workers hold nothing that
+    needs an orderly exit (their rings have no name; the parent owns every other resource). A
+    process still there after KILL_WAIT_S (uninterruptible I/O) is left to exit on its own."""
+    procs, zygote = processes.procs, processes.zygote
+    if hung:
+        _kill_all(processes)
+        return
     for conn in processes.task_conns:
         try:
             conn.send_bytes(pickle.dumps(Shutdown()))
@@ -342,16 +355,19 @@ def shutdown(processes: WorkerProcesses) -> None:
     for proc in procs:
         if proc.pid is None and zygote is not None:
             continue  # never forked: the zygote's end below covers it
-        proc.join(JOIN_TIMEOUT_S)
-        if proc.is_alive():
+        if not _is_stopped(proc.pid):
+            proc.join(JOIN_TIMEOUT_S)
+        if proc.is_alive() and not _is_stopped(proc.pid):
             proc.terminate()
+            _continue(proc)
             proc.join(JOIN_TIMEOUT_S)
         if proc.is_alive():
             proc.kill()
             proc.join(JOIN_TIMEOUT_S)
     if zygote is not None:
-        # It exits once its children are reaped; one that is still forking is stopped outright.
-        zygote.join(JOIN_TIMEOUT_S)
+        # It exits once its children are reaped; one that is still forking (or stopped) is killed outright.
+        if not _is_stopped(zygote.pid):
+            zygote.join(JOIN_TIMEOUT_S)
         if zygote.is_alive():
             zygote.kill()
             zygote.join()
@@ -359,9 +375,37 @@ def shutdown(processes: WorkerProcesses) -> None:
             if proc.pid is not None and proc.is_alive():
                 proc.kill()
                 proc.join(JOIN_TIMEOUT_S)
-        if status is not None:
+    _close_channels(processes)
+
+
+def _kill_all(processes: WorkerProcesses) -> None:
+    """`shutdown(hung=True)`: SIGKILL the workers, then the zygote (and any worker it forked
+    meanwhile), reaping them within one KILL_WAIT_S deadline; then close the channels."""
+    procs, zygote = processes.procs, processes.zygote
+    deadline = time.monotonic() + KILL_WAIT_S
+    for proc in procs:
+        if proc.pid is not None:
+            proc.kill()  # through the pidfd for a forked worker: never a reused pid
+    for proc in procs:
+        if proc.pid is not None:
+            proc.join(max(0.0, deadline - time.monotonic()))
+    if zygote is not None:
+        zygote.kill()  # it only forks and reaps: nothing of it needs an orderly exit
+        zygote.join(max(0.0, deadline - time.monotonic()))
+        if processes.status is not None:
+            processes.status.pump(0.0)  # late WorkerForked reports: kill those workers too
+        for proc in procs:
+            if proc.pid is not None and proc.is_alive():
+                proc.kill()
+                proc.join(max(0.0, deadline - time.monotonic()))
+    _close_channels(processes)
+
+
+def _close_channels(processes: WorkerProcesses) -> None:
+    if processes.zygote is not None:
+        if processes.status is not None:
             try:
-                status.conn.close()
+                processes.status.conn.close()
             except OSError:
                 pass
         _close_fd(processes.zygote_pidfd)
@@ -369,4 +413,31 @@ def shutdown(processes: WorkerProcesses) -> None:
         try:
             conn.close()
         except OSError:
+            pass
+
+
+def _is_stopped(pid: int | None) -> bool:
+    """Whether process `pid` is stopped (state T, by a signal, or t, by a tracer): it reads no
+    message and acts on no signal but SIGKILL until continued. False when unknown or gone."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split(b" ", 1)  # after "pid (comm) ": the state letter
+    return fields[0] in (b"T", b"t")
+
+
+def _continue(proc) -> None:
+    """SIGCONT after a SIGTERM, so a process stopped since the last check acts on it. A forked
+    worker is signalled through its pidfd; a child of this process cannot be reused before we
+    reap it."""
+    if isinstance(proc, ForkedWorker):
+        proc._signal(signal.SIGCONT)
+    elif proc.pid is not None and proc.is_alive():
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
             pass

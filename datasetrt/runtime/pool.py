@@ -9,6 +9,8 @@ the parent waits on all result pipes and all process sentinels together, so a wo
 wakes it at once and becomes a `WorkerCrashedError` naming the worker and its exit code; a pool
 with a dead worker is closed and the next read starts a fresh one. `close()` is idempotent and
 leaves no process behind (`launch.shutdown`: Shutdown, join with a timeout, then terminate/kill).
+A pool that times out waiting for progress (`poll`, `check_startup`) kills its workers outright
+(`close(hung=True)`) and raises `WorkerTimeoutError` within `launch.KILL_WAIT_S` of the timeout.
 
 Runs (`open_run` / `submit` / `close_run`): the pool owns each run's id, which workers have
 opened it, and the tasks in flight per worker (`inflight`, +1 at `submit`, -1 when the task's
@@ -128,17 +130,18 @@ class WorkerPool:
         """spawn: the process that forks the workers (None with fork)."""
         return self.processes.zygote
 
-    def close(self) -> None:
+    def close(self, hung: bool = False) -> None:
+        """Stop the workers (`launch.shutdown`); `hung`: the pool timed out, so they are killed
+        outright and the stop is bounded by `launch.KILL_WAIT_S` (no orderly Shutdown)."""
         if self.closed:
             return
         self.closed = True
         ring, self.idle_ring = self.idle_ring, None
         if ring is not None:
             ring.close()  # the workers' mappings go with the workers
-        if self._finalizer is not None:
-            self._finalizer()
-        else:
-            shutdown(self.processes)
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is None or finalizer.detach() is not None:  # (None from detach: it ran at exit)
+            shutdown(self.processes, hung=hung)
         holder, self._sigterm = self._sigterm, None
         if holder is not None:
             holder.release()
@@ -173,9 +176,10 @@ class WorkerPool:
         """WorkerTimeoutError when some worker has not reported ready within startup_timeout_s."""
         if not self.all_ready and time.monotonic() - self.launched_at > self.startup_timeout_s:
             pids = [p.pid for p in self.processes.procs]  # as known: never wait here
-            self.close()
+            self.close(hung=True)
             raise WorkerTimeoutError(
-                f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids})"
+                f"no progress from worker start-up in {self.startup_timeout_s:.0f} s (workers {pids}); "
+                "the workers were killed"
             )
 
     # -- messages ---------------------------------------------------------------------------
@@ -287,8 +291,12 @@ class WorkerPool:
             return
         if not ready:
             pids = [p.pid for p in processes.procs]  # as known: never wait here
-            self.close()  # a hung worker must not poison later reads: the next read starts fresh
-            raise WorkerTimeoutError(f"no progress from {what} in {timeout_s:.0f} s (workers {pids})")
+            # A hung worker must not poison later reads (the next read starts fresh), nor delay
+            # this report: the workers are killed, not asked to stop (bounded by KILL_WAIT_S).
+            self.close(hung=True)
+            raise WorkerTimeoutError(
+                f"no progress from {what} in {timeout_s:.0f} s (workers {pids}); the workers were killed"
+            )
         for worker, conn in enumerate(processes.result_conns):
             if conn in ready:
                 while True:

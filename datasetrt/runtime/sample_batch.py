@@ -1,6 +1,6 @@
 """`SampleBatch`: a batch of consecutive plan positions as one payload buffer, with typed views.
 
-Boundary: the batch value and its views (numpy and torch imported lazily, by the typed methods);
+Boundary: the batch value and its views (numpy, torch and jax imported lazily, by the typed methods);
 built by `runtime/batches.py` (`BatchMaker`) over a leased ring slot or a private buffer, never
 by the consumer. No I/O.
 """
@@ -121,6 +121,17 @@ class SampleBatch:
         from datasetrt.values.arrays import as_tensors
 
         return as_tensors(self.to_numpy(length, pad))
+
+    def to_jax(self, length: int | None = None, pad: Any = 0) -> Any:
+        """`to_numpy(length, pad)` as `jax.Array`s on JAX's CPU device, through DLPack: an array,
+        or `RaggedArrays` of arrays. Zero-copy when the numpy array is writable and starts
+        64-byte aligned (reader workers' ring slots always are; a private or projected buffer
+        may not be, and then JAX copies it); a zero-copy array keeps the batch's memory (its
+        ring slot) alive like any view. 64-bit payload dtypes need `jax_enable_x64` (else
+        ConfigError: JAX would narrow them). MissingExtraError when jax is not installed."""
+        from datasetrt.values.arrays import as_jax
+
+        return as_jax(self.to_numpy(length, pad))
 
     def __dlpack__(self, **kwargs: Any) -> Any:
         """DLPack capsule of the dense `[n, *shape]` array (CPU; zero-copy), for `torch.from_dlpack`,

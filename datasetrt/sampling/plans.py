@@ -15,6 +15,9 @@ no state beyond integers: a resume point is (stage, start, end, bases, position)
 
 Guarantee (per segment): after n samples, stream s has delivered within 1 of n x p_s, for every
 n (the quota method; tests/unit/sampling/test_plans.py checks it against a sequential simulation).
+
+Size: over 500 lines because mixtures and curricula share one segment model (positions, bases,
+resume states, validation on load); splitting them would split that model across modules.
 """
 
 from __future__ import annotations

@@ -67,8 +67,9 @@ class BatchSource:
         column's type in the first part's schema (`list<int32>` -> `int32[None]`,
         `fixed_size_list<float32, 3>` -> `float32[3]`); None for byte payloads without a spec and
         for a source with no parts. Before iteration, reading it opens the first part for its schema
-        only (a Parquet footer, an IPC schema, the first block of JSON text, one batch of a dataset).
-        Write with `WriterConfig(payload_spec=source.payload_spec)` to record it in the manifest."""
+        only (a Parquet footer, an IPC schema, JSON Lines: the type-inference pass over its files,
+        one batch of a dataset).
+        `write_cache` records it in the manifest (DatasetRuntime.write_cache, "Payload types")."""
         if self._spec is _UNKNOWN:
             parts = self._parts()
             try:
@@ -89,6 +90,8 @@ class BatchSource:
 
     def __iter__(self) -> Iterator[CacheInput]:
         first: tuple[str, PayloadSpec | None] | None = None
+        kinds: tuple[str, dict[str, tuple[str, str]]] | None = None  # of the first part with rows
+        sample = 0  # source-wide position of the next record (the writer's "sample")
         for part in self._parts():
             converter = self.columns.bind(part.schema, part.label)
             spec = converter.spec
@@ -100,11 +103,42 @@ class BatchSource:
                     f"{part.label}: payload spec {describe_spec(spec)} differs from "
                     f"{describe_spec(first[1])} of {first[0]}; give a payload_spec to cast them to one"
                 )
+            checked = False
             for where, batch in part.batches:
+                if not checked and batch.num_rows:
+                    checked = True
+                    if kinds is None:
+                        kinds = part.label, converter.kinds
+                    else:
+                        drift(kinds, converter.kinds, where, sample)
                 yield from converter.records(batch, where)
+                sample += batch.num_rows
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
+
+
+def drift(
+    first: tuple[str, dict[str, tuple[str, str]]], kinds: dict[str, tuple[str, str]], where: Where, sample: int
+) -> None:
+    """SourceInputError naming the file and row of a part's first record (`where`, its source-wide
+    position `sample`) when its metadata names or kinds (`BatchConverter.kinds`) differ from those
+    of the first part with records (`first`: its label and kinds), which fix the cache's schema.
+    Every differing column is named; the wording starts as the writer's would for that record."""
+    label, want = first
+    if set(kinds) != set(want):
+        raise SourceInputError(
+            f"{where.at(0)}, sample {sample} of the source: metadata keys must be identical for every sample: "
+            f"keys {sorted(kinds)} here, expected {sorted(want)} as in {label}"
+        )
+    differ = [name for name in sorted(want) if kinds[name][0] != want[name][0]]
+    if differ:
+        fields = "; ".join(f"metadata field {n!r} expected {want[n][0]}, got {kinds[n][0]}" for n in differ)
+        types = ", ".join(f"{n!r} is {kinds[n][1]} here, {want[n][1]} in {label}" for n in differ)
+        raise SourceInputError(
+            f"{where.at(0)}, sample {sample} of the source: {fields} (column {types}); "
+            f"cast the column(s) to one type, or write the files as separate sources"
+        )
 
 
 def describe_spec(spec: PayloadSpec | None) -> str:

@@ -193,35 +193,48 @@ class Columns:
         return payload
 
     def bind(self, schema: pa.Schema, source: str) -> BatchConverter:
-        """Check `schema` (of the file or dataset named `source`) against the mapping."""
+        """Check `schema` (of the file or dataset named `source`) against the mapping. Every
+        problem of the schema is reported in one SourceInputError (a missing or unusable payload
+        column, missing metadata columns, renames of no metadata column, reserved or duplicate
+        output names, metadata columns of refused types), so one run names all of them."""
         names = schema.names
-        payload = self._payload_column(schema, source)
+        problems: list[str] = []
+        payload: str | None = None
+        try:
+            payload = self._payload_column(schema, source)
+            _payload_values(payload, schema.field(payload).type, self.payload_spec, source)
+        except SourceInputError as exc:
+            problems.append(str(exc).removeprefix(f"{source}: "))
+            if payload is None and self.payload is None and self.metadata is None:
+                raise SourceInputError(f"{source}: {'; '.join(problems)}") from None  # metadata unknown
         if self.metadata is None:
-            metadata = [n for n in names if n != payload]
+            metadata = [n for n in names if n != (payload or self.payload)]
         else:
             metadata = list(self.metadata)
             missing = [m for m in metadata if m not in names]
             if missing:
-                raise SourceInputError(
-                    f"{source}: metadata column(s) {', '.join(map(repr, missing))} not found "
-                    f"(columns: {', '.join(names)})"
+                problems.append(
+                    f"metadata column(s) {', '.join(map(repr, missing))} not found (columns: {', '.join(names)})"
                 )
         unknown = [k for k in self.rename if k not in metadata]
         if unknown:
-            raise SourceInputError(
-                f"{source}: rename names column(s) {', '.join(map(repr, unknown))} that are not "
+            problems.append(
+                f"rename names column(s) {', '.join(map(repr, unknown))} that are not "
                 f"metadata columns ({', '.join(metadata) or 'none'})"
             )
         outputs = [self.rename.get(m, m) for m in metadata]
         if self.index_column is not None:
             outputs.append(self.index_column)
-        _check_output_names(outputs, source)
-        for column in metadata:
-            _metadata_type(column, schema.field(column).type, source)
+        problems += _output_name_problems(outputs)
+        problems += _metadata_type_problems([(m, schema.field(m).type) for m in metadata if m in names])
+        if problems:
+            raise SourceInputError(f"{source}: {'; '.join(problems)}")
+        assert payload is not None  # no problem: the payload column was found
         return BatchConverter(
             payload,
             schema.field(payload).type,
             metadata,
+            [schema.field(m).type for m in metadata],
             outputs,
             self.payload_spec,
             self.index_column is not None,
@@ -229,21 +242,28 @@ class Columns:
         )
 
 
-def _check_output_names(outputs: list[str], source: str) -> None:
+def _output_name_problems(outputs: list[str]) -> list[str]:
+    """What is wrong with the output metadata names (none, reserved, duplicated); [] when fine."""
     if not outputs:
-        raise SourceInputError(
-            f"{source}: no metadata columns: a cache needs at least one (choose metadata columns or an index column)"
+        return ["no metadata columns: a cache needs at least one (choose metadata columns or an index column)"]
+    problems = []
+    reserved = [name for name in outputs if name in RESERVED_NAMES]
+    if reserved:
+        these = (
+            "name " + repr(reserved[0]) + " is"
+            if len(reserved) == 1
+            else "names " + ", ".join(map(repr, reserved)) + " are"
+        )
+        problems.append(
+            f"metadata column {these} reserved (cache_id, sample_id and weight are columns of the "
+            f"metadata table); rename {'it' if len(reserved) == 1 else 'them'}"
         )
     seen: set[str] = set()
     for name in outputs:
-        if name in RESERVED_NAMES:
-            raise SourceInputError(
-                f"{source}: metadata column name {name!r} is reserved (cache_id, sample_id and "
-                f"weight are columns of the metadata table); rename it"
-            )
         if name in seen:
-            raise SourceInputError(f"{source}: two metadata columns would be named {name!r}")
+            problems.append(f"two metadata columns would be named {name!r}")
         seen.add(name)
+    return problems
 
 
 def _infer_payload(schema: pa.Schema, source: str) -> str:
@@ -278,17 +298,35 @@ def _is_nested(t: pa.DataType) -> bool:
     return pa.types.is_nested(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)
 
 
-def _metadata_type(column: str, t: pa.DataType, source: str) -> None:
-    """Raise unless values of Arrow type `t` can be metadata."""
+def metadata_kind(t: pa.DataType) -> str:
+    """The writer's kind of metadata values of Arrow type `t` (bool, int, float, string; "" when
+    `t` cannot be metadata)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
-    if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or _is_string(t):
-        return
-    what = "nested metadata" if _is_nested(t) else "unsupported metadata type"
-    raise SourceInputError(
-        f"{source}: {what}: column {column!r} has type {t}; metadata values must be "
-        f"bool, int, float or string (flatten or cast it, or leave it out)"
-    )
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    return "string" if _is_string(t) else ""
+
+
+def _metadata_type_problems(columns: list[tuple[str, pa.DataType]]) -> list[str]:
+    """One problem per metadata column whose Arrow type cannot be metadata, then the remedy once;
+    [] when every type can."""
+    problems = []
+    for column, t in columns:
+        if not metadata_kind(t):
+            value_type = t.value_type if pa.types.is_dictionary(t) else t
+            what = "nested metadata" if _is_nested(value_type) else "unsupported metadata type"
+            problems.append(f"{what}: column {column!r} has type {value_type}")
+    if problems:
+        them = "it" if len(problems) == 1 else "them"
+        problems[-1] += (
+            f"; metadata values must be bool, int, float or string (flatten or cast {them}, or leave {them} out)"
+        )
+    return problems
 
 
 # ------------------------------------------------------------------------------------------------
@@ -304,6 +342,7 @@ class BatchConverter:
         payload: str,
         payload_type: pa.DataType,
         metadata: list[str],
+        metadata_types: Sequence[pa.DataType],
         outputs: list[str],
         spec: PayloadSpec | None,
         with_index: bool,
@@ -311,6 +350,7 @@ class BatchConverter:
     ) -> None:
         self.payload = payload
         self.metadata = metadata
+        self.metadata_types = list(metadata_types)
         self.outputs = outputs
         self.with_index = with_index
         self.columns = [payload, *metadata]
@@ -320,6 +360,16 @@ class BatchConverter:
     def spec(self) -> PayloadSpec | None:
         """The spec of this schema's payloads (None: bytes without a spec)."""
         return self.payload_values.spec
+
+    @property
+    def kinds(self) -> dict[str, tuple[str, str]]:
+        """Output metadata name -> (the writer's kind: bool / int / float / string, the input's Arrow
+        type as text): what every record of this schema carries, so a part whose kinds differ from
+        another part's is refused once, at its first row, by file and row (see `drift`)."""
+        out = {name: (metadata_kind(t), str(t)) for name, t in zip(self.outputs, self.metadata_types)}
+        if self.with_index:
+            out[self.outputs[-1]] = ("int", "row number")
+        return out
 
     def records(self, batch: pa.RecordBatch, where: Where) -> Iterator[CacheInput]:
         """CacheInput items of `batch`, in order (the batch's columns by name)."""

@@ -48,13 +48,19 @@ Invariants:
   locks are separate so that a process waiting for a download (exclusive on `.lock`) never waits
   on a pin: a pin may be held by a look-ahead that is itself waiting for the read that waits.
   Nothing ever blocks on a `.pin` lock but a pin taker during an eviction's unlink. Removing a file that a reader has open is
-  safe (POSIX unlink), so pins are about not re-downloading what a look-ahead still needs. A path
-  returned without a pin can be evicted before it is opened: open it promptly or pin it.
+  safe (POSIX unlink) but keeps its blocks allocated until it is closed, outside the limit's
+  accounting: pins keep what a look-ahead still needs from being downloaded again, and a reader
+  that must keep the directory plus its removed-but-open files within the limit pins every file
+  while it has it open. A path returned without a pin can be evicted before it is opened: open it
+  promptly or pin it.
 - Fork: pins belong to the process that took them; a forked child starts with none (it closes
   the inherited descriptors without unlocking the parent's locks).
 
 Costs: a hit is one stat (plus a flock when pinning); a miss adds a directory walk of the root
 under `space.lock` (O(files)), the download and one sequential read to hash it.
+
+Size: over 500 lines because fetching, pinning and eviction share one lock protocol and one
+space account, stated once above; splitting them would split the invariants they keep together.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ Fork: obstore's runtime does not survive `fork()` (a forked child that touches a
 parent used hangs). A process forked after this module made its first request therefore runs
 its operations through a helper process started with exec (`storage/bridge.py`), transparently;
 processes started by spawn or forkserver, or forked before any request, use obstore directly.
+
+Size: over 500 lines because every operation (get, range, head, put, create-only put, list, delete,
+download) maps obstore's errors through the same redaction and retry policy kept in this module.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cu_seqlens offsets and per-record shapes, and the fixed-length projection (`SampleBatch.to_numpy`).
 
 Boundary: numpy and the projection kernel only; no files, tables or processes, torch only in
-`as_tensors`, imported at its first call. Layer 1; `SampleBatch` (runtime/sample_batch.py) imports it lazily.
+`as_tensors` and jax only in `as_jax`, each imported at its first call. Layer 1; `SampleBatch` (runtime/sample_batch.py) imports it lazily.
 
 Input everywhere: `data`, a 1-D uint8 array holding n payloads back to back (payload i is
 data[offsets[i] : offsets[i+1]], `offsets` int64 of n+1 entries, offsets[0] = 0), and the
@@ -21,6 +21,8 @@ import numpy as np
 from datasetrt._native.batch import project_rows
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.values.payloads import describe
+
+JAX_ALIGN = 64  # XLA's CPU client imports a DLPack buffer in place only when it starts 64-byte aligned
 
 
 class RaggedArrays(NamedTuple):
@@ -97,7 +99,7 @@ def projected(
     step_bytes = per_step * stored.itemsize
     if axis == 0 and n and step_bytes and bool((np.diff(offsets) == length * step_bytes).all()):
         return data.view(stored).reshape(out_shape)
-    out = np.empty(out_shape, dtype=stored)
+    out = aligned_empty(out_shape, stored)
     if out.size:
         project_rows(
             data,
@@ -110,6 +112,15 @@ def projected(
             out.reshape(-1).view(np.uint8),
         )
     return out
+
+
+def aligned_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-order array whose data starts `JAX_ALIGN`-byte aligned (so DLPack
+    consumers that need alignment, as XLA's CPU client does, import it in place)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + JAX_ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % JAX_ALIGN
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def pad_item(pad: Any, dtype: str) -> np.ndarray:
@@ -136,3 +147,42 @@ def as_tensors(value: Any) -> Any:
     if isinstance(value, RaggedArrays):
         return RaggedArrays(*(torch.from_numpy(v) for v in value))
     return torch.from_numpy(value)
+
+
+def as_jax(value: Any) -> Any:
+    """A numpy array as a `jax.Array` on the CPU device, or `RaggedArrays` of them; jax is imported
+    here, at the first call. The payload array goes through DLPack (`jax.dlpack.from_dlpack`): JAX
+    imports it in place (zero-copy: the jax array keeps the numpy array, and so the batch's buffer
+    or ring slot, alive) when it is writable and starts `JAX_ALIGN`-byte aligned, as ring slot
+    payloads do; otherwise JAX copies it. `offsets` and `shapes` of a ragged batch are small new
+    arrays, converted with `jnp.asarray` (JAX's default integer dtype). A 64-bit payload dtype
+    needs `jax_enable_x64`: without it JAX would narrow the values (int64 -> int32, wrapping),
+    so that is a ConfigError instead; the same for offsets past int32 range."""
+    from datasetrt.errors import MissingExtraError
+
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as exc:
+        raise MissingExtraError("SampleBatch.to_jax requires JAX: pip install 'datasetrt[jax]'") from exc
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    if isinstance(value, RaggedArrays):
+        values, offsets, shapes = value
+        if not x64 and len(offsets) and int(offsets[-1]) > np.iinfo(np.int32).max:
+            raise ConfigError(
+                f"to_jax: ragged offsets up to {int(offsets[-1])} need 64-bit integers; "
+                'enable them with jax.config.update("jax_enable_x64", True)'
+            )
+        return RaggedArrays(_jax_payload(values, x64, jax), jnp.asarray(offsets), jnp.asarray(shapes))
+    return _jax_payload(value, x64, jax)
+
+
+def _jax_payload(array: np.ndarray, x64: bool, jax: Any) -> Any:
+    if array.dtype.itemsize == 8 and array.dtype.kind in "iuf" and not x64:
+        raise ConfigError(
+            f"to_jax: {array.dtype} payloads need 64-bit JAX types (without them JAX narrows the values "
+            'to 32 bits); enable them with jax.config.update("jax_enable_x64", True)'
+        )
+    if not array.flags.writeable:  # numpy exports no read-only array through DLPack
+        return jax.numpy.array(array)
+    return jax.dlpack.from_dlpack(array)

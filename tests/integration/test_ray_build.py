@@ -32,7 +32,13 @@ def cluster():
     before = {
         sig: signal.getsignal(sig) for sig in signal.valid_signals() if sig not in (signal.SIGKILL, signal.SIGSTOP)
     }
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": root}})
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": root}},
+    )
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         yield

@@ -216,3 +216,18 @@ def test_files_of_one_source_with_different_specs_are_refused(tmp_path, runtime)
         f"int64[None] differs from int32[None] of {tmp_path / 'd' / '0.parquet'}; give a "
         f"payload_spec to cast them to one"
     )
+
+
+def test_schema_drift_between_files_fails_the_source_naming_file_and_row(tmp_path, runtime):
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"p": [b"a", b"b"], "n": [1, 2]}), tmp_path / "in" / "a.parquet")
+    pq.write_table(pa.table({"p": [b"c", b"d"], "n": [1.5, 2.5]}), tmp_path / "in" / "b.parquet")
+    (result,) = runtime.write_cache(
+        [ParquetSource("drift", tmp_path / "in")], tmp_path / "out", writer_config=writer_config()
+    )
+    assert isinstance(result, drt.CacheWriteError)
+    assert (
+        f"{tmp_path / 'in' / 'b.parquet'}: row group 0, row 0 (row 0 of the row group), sample 2 of the source: "
+        "metadata field 'n' expected int, got float" in result.message
+    )
+    assert not (tmp_path / "out" / "drift").exists()

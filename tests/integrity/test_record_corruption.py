@@ -19,6 +19,7 @@ from tests.conftest import ListSource, sample_items, writer_config
 from tests.integrity.corrupt import (
     assert_fault,
     drop_sidecar,
+    edit_manifest,
     flip_byte,
     load_manifest,
     make_record,
@@ -67,10 +68,31 @@ def test_flipped_payload_byte_detected_on_read(runtime, any_cache):
 
 
 def test_flipped_payload_byte_with_validate_cache(runtime, any_cache):
-    """validate_cache=True: refused at open by the shard sha256, as dataset-rt."""
+    """validate_cache=True: refused at open by the shard sha256, as dataset-rt, and the message
+    names the damaged sample (found by the per-record checksums), as a default read does."""
     flip_byte(shard_file(any_cache), payload_offset(any_cache, 1))
     out = probe(runtime, any_cache, validate=True)
-    assert_fault(out, "open", IntegrityError, ValueError, f"checksum mismatch for {shard_file(any_cache)}")
+    assert_fault(
+        out,
+        "open",
+        IntegrityError,
+        ValueError,
+        f"checksum mismatch for {shard_file(any_cache)}: damaged record: sample 1 of {any_cache}",
+    )
+
+
+def test_damaged_records_and_damage_outside_them_with_validate_cache(runtime, cache):
+    for sample in (2, 4):
+        flip_byte(shard_file(cache), payload_offset(cache, sample))
+    out = probe(runtime, cache, validate=True)
+    assert_fault(out, "open", IntegrityError, ValueError, "damaged records (2 of 5): samples 2, 4 of")
+    for sample in (2, 4):
+        flip_byte(shard_file(cache), payload_offset(cache, sample))  # restored
+    with open(shard_file(cache), "ab") as f:  # bytes past the last record, rehashed nowhere
+        f.write(b"\0")
+    edit_manifest(cache, lambda doc: doc["shards"][0].update(byte_len=doc["shards"][0]["byte_len"] + 1))
+    out = probe(runtime, cache, validate=True)
+    assert_fault(out, "open", IntegrityError, ValueError, "each of its 5 records matches its per-record checksum")
 
 
 def test_flipped_envelope_byte_detected_on_read(runtime, any_cache):
@@ -143,7 +165,13 @@ def test_cache_without_sidecar_behaves_as_dataset_rt_on_flipped_payload(runtime,
     flip_byte(shard_file(cache), payload_offset(cache, 1))
     assert probe(runtime, cache, validate=False).stage is None
     out = probe(runtime, cache, validate=True)
-    assert_fault(out, "open", IntegrityError, ValueError, f"checksum mismatch for {shard_file(cache)}")
+    assert_fault(
+        out,
+        "open",
+        IntegrityError,
+        ValueError,
+        f"checksum mismatch for {shard_file(cache)}: the cache has no per-record checksums",
+    )
 
 
 def test_sidecar_missing_but_named(runtime, cache, validate):

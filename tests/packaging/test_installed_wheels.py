@@ -6,6 +6,7 @@ workers, batches, checksums, a missing extra) and the console command (--version
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,11 @@ def test_installed_wheel_writes_reads_with_workers_and_verifies(installed_venv, 
 def test_console_command_prints_version_and_runs_the_demo(installed_venv, py, tmp_path):
     venv, env = installed_venv(py)
     assert run([venv / "bin/datasetrt", "--version"], cwd=tmp_path, env=env).stdout == f"datasetrt {version()}\n"
+    # the pages docstrings name as docs/NAME.md open from the installed package, not the checkout
+    page = Path(
+        run([venv / "bin/datasetrt", "docs", "docs/python-api.md", "--path"], cwd=tmp_path, env=env).stdout.strip()
+    )
+    assert page.is_relative_to(venv) and page.read_bytes() == (ROOT / "docs/python-api.md").read_bytes()
     demo = run(
         [
             venv / "bin/datasetrt",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.conftest import TAG, VERSIONS, load_setup_py, run, version
+from tests.packaging.conftest import ROOT, TAG, VERSIONS, load_setup_py, run, version
 
 pytestmark = pytest.mark.wheels
 
@@ -89,3 +89,16 @@ def test_wheel_carries_the_package_and_entry_point_only(built, py):
     assert "datasetrt = datasetrt.cli:main" in entry_points
     assert f"Version: {version()}" in metadata
     assert "Requires-Python: >=3.11" in metadata
+
+
+@pytest.mark.parametrize("py", VERSIONS)
+def test_wheel_carries_every_documentation_page(built, py):
+    """docs/*.md ship as package data (datasetrt/_docs/), byte for byte: `datasetrt docs TOPIC`."""
+    with zipfile.ZipFile(built.wheels[py]) as zf:
+        shipped = {
+            n.removeprefix("datasetrt/_docs/"): zf.read(n)
+            for n in zf.namelist()
+            if n.startswith("datasetrt/_docs/") and not n.endswith("/")
+        }
+    pages = {p.name: p.read_bytes() for p in sorted((ROOT / "docs").glob("*.md"))}
+    assert pages and shipped == pages

@@ -16,9 +16,13 @@ Modules (names are exported here lazily, so importing the package, or `plan`, ne
 - `base`: what both torch datasets share; `iterable`: `CachedIterableDataset`;
   `loader_dataset`: the loader's plan and `LoaderDataset`;
 - `options`: `to_torch_dataloader`'s checks and "auto" values; `loader`: `DatasetRTDataLoader`,
-  `to_torch_dataloader`; `distributed`: `capture_replica`, rank 0's seed and plan shared;
+  `to_torch_dataloader`; `lifeline`: torch-free — `DieWithParent`, the loaders' `worker_init_fn`
+  (their workers exit with the process that started them, then the user's function runs);
+  `distributed`: `capture_replica`, rank 0's seed and plan shared;
 - `batches`: `to_torch_batches`, the loader's plan read as whole typed batches (one dict of
   tensors per item) gathered in the workers straight into shared-memory tensors;
+- `packed`: `to_torch_batches(rows, pack=row_len)`, the dataset's packed rows (`iter_packed`)
+  through a DataLoader, with exact resume;
 - `mapped`: `CachedMapDataset`, a map-style dataset over the active table for your own sampler.
 """
 
@@ -51,6 +55,8 @@ _EXPORTS = {
     "CachedMapDataset": "mapped",
     "DatasetRTBatchLoader": "batches",
     "BatchLoaderDataset": "batches",
+    "to_torch_packed": "packed",
+    "DatasetRTPackedLoader": "packed",
 }
 _TORCH_FREE = {"plan", "options", None}
 _DATASET_METHODS = {"to_torch_iterable_dataset", "to_torch_dataloader", "to_torch_batches", "to_torch_map_dataset"}

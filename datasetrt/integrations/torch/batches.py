@@ -40,6 +40,7 @@ from torch.utils.data._utils.pin_memory import pin_memory
 
 from datasetrt.errors import ArgumentTypeError, ConfigError
 from datasetrt.integrations.torch.lending import MAX_SLOT_BYTES, Receiver, WorkerRing
+from datasetrt.integrations.torch.lifeline import DieWithParent
 from datasetrt.integrations.torch.loader import DatasetRTDataLoader, _LoaderIterator, _plan_loader
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import check_arguments, is_auto
@@ -434,7 +435,7 @@ def to_torch_batches(
         pin_memory=pin_memory,
         timeout=timeout,
         multiprocessing_context=settings.context,
-        worker_init_fn=worker_init_fn,
+        worker_init_fn=DieWithParent(worker_init_fn) if settings.processes > 0 else worker_init_fn,
         prefetch_factor=settings.prefetch,
         persistent_workers=settings.persistent,
     )

@@ -23,6 +23,7 @@ from datasetrt._native.draws import derive_seed
 from datasetrt.errors import ConfigError, LoaderStateError
 from datasetrt.integrations.torch import distributed
 from datasetrt.integrations.torch.base import _check_identity, _with_order, refuse_advance
+from datasetrt.integrations.torch.lifeline import DieWithParent
 from datasetrt.integrations.torch.loader_dataset import LoaderDataset, _LoaderPlan
 from datasetrt.integrations.torch.options import (
     MAX_SAMPLE_BUDGET,
@@ -135,6 +136,9 @@ class DatasetRTDataLoader(DataLoader):
 
     # torch types `__iter__` as its `_BaseDataLoaderIter`; ours wraps that and forwards its attributes
     def __iter__(self) -> _LoaderIterator:  # type: ignore[override]
+        if isinstance(self.worker_init_fn, DieWithParent):  # workers started now die with this process
+            self.worker_init_fn.parent_pid = os.getpid()
+        self._drop_lost_workers()
         epoch, (rows, prior, plan_world) = self._next_epoch, self._pending
         self._started = True
         self._next_epoch, self._pending = epoch + 1, (0, 0, self.world_size)
@@ -142,6 +146,18 @@ class DatasetRTDataLoader(DataLoader):
         tracked = _LoaderIterator(super().__iter__(), epoch, self._adapter._spec.layout(rows), prior, plan_world)
         self._current = tracked
         return tracked
+
+    def _drop_lost_workers(self) -> None:
+        """Persistent workers of which one is gone (killed, crashed) would fail every later pass
+        (torch resumes the same workers and waits for the dead one): shut the survivors down and
+        forget them, so this pass starts new workers (they read this pass, as a first pass)."""
+        stale = getattr(self, "_iterator", None)
+        if stale is None or not self.persistent_workers:
+            return
+        workers = getattr(stale, "_workers", ())
+        if getattr(stale, "_shutdown", False) or not all(w.is_alive() for w in workers):
+            stale._shutdown_workers()
+            self._iterator = None
 
     def advance(self) -> None:
         """Refused with `LoaderStateError`: the loader's workers plan from their own copy of the
@@ -350,7 +366,7 @@ def to_torch_dataloader(
         pin_memory=pin_memory,
         timeout=timeout,
         multiprocessing_context=context,
-        worker_init_fn=worker_init_fn,
+        worker_init_fn=DieWithParent(worker_init_fn) if processes > 0 else worker_init_fn,
         prefetch_factor=prefetch,
         persistent_workers=settings.persistent,
         **extra,

@@ -127,3 +127,70 @@ def test_a_base_directory_names_each_cache_below_it(write_caches, capsys):
         f"ok   {paths[0]}: 2 samples verified",
         f"ok   {paths[1]}: 3 samples verified",
     ]
+
+
+def test_validate_names_the_damaged_sample_of_a_flipped_payload_byte(write_caches, capsys):
+    import struct
+
+    (cache,) = write_caches({"flip": 6})
+    _, offset, length = struct.unpack_from("<QQQ", (cache / "index.bin").read_bytes(), 24 * 4)
+    shard = cache / "shards" / "000000.bin"
+    data = bytearray(shard.read_bytes())
+    data[offset + length - 1] ^= 0x01  # the last payload byte of sample 4
+    shard.write_bytes(bytes(data))
+    assert main(["validate", str(cache)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"FAIL {cache}: IntegrityError: checksum mismatch for {shard}: damaged record: sample 4 of {cache} "
+        "(per-record checksum mismatch)"
+    ]
+
+
+def test_validate_says_what_a_path_that_names_no_cache_is(write_caches, tmp_path, capsys):
+    paths = write_caches({"d1": 2, "d2": 2}, base=tmp_path / "runs" / "today")
+    (tmp_path / "file.txt").write_text("x")
+    args = [tmp_path / "missing", tmp_path / "file.txt", tmp_path, tmp_path / "runs", tmp_path / "runs" / "today"]
+    assert main(["validate", *map(str, args)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        f"FAIL {tmp_path / 'missing'}: no such directory",
+        f"FAIL {tmp_path / 'file.txt'}: not a directory (a cache is a directory holding manifest.json)",
+    ]
+    for line in out[2:4]:  # two levels above the caches: each is named, with their base
+        assert line.endswith(
+            f"caches deeper below it: {paths[0]}, {paths[1]}; name a cache or its base directory ({paths[0].parent})"
+        )
+    assert out[4:] == [f"ok   {paths[0]}: 2 samples verified", f"ok   {paths[1]}: 2 samples verified"]
+
+
+def test_inspect_shows_the_payload_spec_and_says_it_is_shallow(write_caches, tmp_path, runtime, capsys):
+    import numpy as np
+
+    import datasetrt as drt
+    from datasetrt.sources import NumpySource
+
+    (untyped,) = write_caches({"u": 2})
+    source = NumpySource("typed", np.zeros((3, 4), np.int16), index_column="i")
+    config = drt.WriterConfig(show_progress=False, payload_spec=source.payload_spec)
+    (typed,) = runtime.write_cache([source], tmp_path / "typed", writer_config=config)
+    assert main(["inspect", str(untyped), str(typed.path)]) == 0
+    first, second = capsys.readouterr().out.split("\n\n")
+    assert "payload     bytes (no payload spec)" in first and "payload     int16[4]" in second
+    for report in (first, second):
+        assert "check       shallow: " in report and "`datasetrt validate PATH` is the deep check" in report
+    assert main(["inspect", str(typed.path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["payload_spec"] == "int16[4]" and doc["check"].startswith("shallow")
+
+
+def test_help_describes_every_subcommand_on_one_line(monkeypatch, capsys):
+    import pytest
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("  COMMAND") + 1
+    block = lines[start : lines.index("", start)]
+    assert [line.split()[0] for line in block] == ["inspect", "validate", "convert", "prune", "pss", "demo"]
+    assert all(len(line.split()) > 3 for line in block)  # a name, then its description on the same line

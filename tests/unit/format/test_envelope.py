@@ -170,6 +170,16 @@ def test_reserved_column_names_rejected(name):
         MetadataSchema({name: 1})
 
 
+def test_every_refused_column_of_the_first_sample_is_named_in_one_error():
+    with pytest.raises(SourceError) as info:
+        MetadataSchema({"a": [1], "ok": 1, "weight": 1.0, "z": float("nan")}, 0)
+    assert str(info.value) == (
+        "metadata values must be bool, int, float, or str: sample 0, column 'a': got list [1]; "
+        "metadata field 'weight' is reserved: cache_id, sample_id and weight are table columns: sample 0; "
+        "metadata field 'z' must be a finite float, got nan: sample 0"
+    )
+
+
 def test_str_subclass_keys_are_accepted_as_plain_str():
     md = {np.str_("a"): 1}
     schema = MetadataSchema(md)

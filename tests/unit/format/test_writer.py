@@ -139,6 +139,9 @@ DETAIL = {
     "keys-fewer": ": sample 1: keys ['a'], expected ['a', 'b']",
     "keys-more": ": sample 1: keys ['a', 'b'], expected ['a']",
     "keys-renamed": ": sample 1: keys ['a', 'c'], expected ['a', 'b']",
+    "name-dot": ": got '.'",
+    "name-dotdot": ": got '..'",
+    "name-slash": ": got 'a/b'",
     "md-empty": ": sample 0: the metadata is an empty dict {}; a source's samples need at least one metadata column",
     "late-failure": ": sample 300: value 1.0",
 }

@@ -309,4 +309,6 @@ def test_reuse_with_validate_cache_detects_a_flipped_shard_byte(runtime, tmp_pat
     assert isinstance(out, drt.CacheSourcesDatasetError)
     (result,) = out.results
     assert result.source_name == "v" and result.message.startswith("checksum mismatch for ")
-    assert result.message.endswith(str(shard))
+    assert result.message == (  # dataset-rt's text, then the damaged sample by its per-record checksum
+        f"checksum mismatch for {shard}: damaged record: sample 2 of {tmp_path / 'v'} (per-record checksum mismatch)"
+    )

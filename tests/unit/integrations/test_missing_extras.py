@@ -1,10 +1,10 @@
-"""Without torch or Ray (hidden in a fresh interpreter by a `sys.meta_path` finder that refuses
+"""Without torch, Ray or JAX (hidden in a fresh interpreter by a `sys.meta_path` finder that refuses
 them, as an uninstalled package is refused), each feature that needs one raises
 `MissingExtraError` (an ImportError) naming the feature asked for and ending with the command that
 installs its extra; the core reads as before.
 
 datasetrt/integrations/torch/__init__.py (`require_torch`), datasetrt/integrations/ray.py
-(`write_caches`), `SampleBatch.to_torch` (datasetrt/values/arrays.py)."""
+(`write_caches`), `SampleBatch.to_torch` and `SampleBatch.to_jax` (datasetrt/values/arrays.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ WITHOUT = textwrap.dedent("""
 
     class Refuse:
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("torch", "ray"):
+            if name.split(".")[0] in ("torch", "ray", "jax"):
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
     sys.meta_path.insert(0, Refuse())
@@ -43,6 +43,7 @@ WITHOUT = textwrap.dedent("""
         "to_torch_dataloader": lambda: ds.to_torch_dataloader(batch_size=2),
         "to_torch_batches": lambda: ds.to_torch_batches(4),
         "batch.to_torch": batch.to_torch,
+        "batch.to_jax": batch.to_jax,
         "ray.write_caches": lambda: datasetrt.ray.write_caches(None, sys.argv[1], rows_per_cache=3),
     }
     out = {"read": [s.sample_id for s in ds]}
@@ -77,6 +78,11 @@ def test_features_without_their_extra_raise_missing_extra_error_naming_the_featu
     name, is_import_error, message = out["batch.to_torch"]
     assert (name, is_import_error) == ("MissingExtraError", True) and message.endswith(torch_hint), message
     assert message.startswith("SampleBatch.to_torch requires PyTorch"), message
+    assert out["batch.to_jax"] == [
+        "MissingExtraError",
+        True,
+        "SampleBatch.to_jax requires JAX: pip install 'datasetrt[jax]'",
+    ]
     assert out["ray.write_caches"] == [
         "MissingExtraError",
         True,

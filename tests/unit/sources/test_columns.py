@@ -143,6 +143,25 @@ def test_metadata_types_refused_by_name_and_type(column, type_text, what):
     assert f"column 'bad' has type {type_text}" in message
 
 
+def test_every_refused_column_of_a_schema_is_named_in_one_error():
+    table = pa.table(
+        {"p": [b"a"], "l": [[1]], "t": pa.array([1], pa.timestamp("s")), "weight": [1.0], "ok": [1], "b": [b"x"]}
+    )
+    message = refused(table, "nested metadata", payload="p", metadata=["l", "t", "weight", "ok", "b", "gone"])
+    for part in (
+        "metadata column(s) 'gone' not found",
+        "metadata column name 'weight' is reserved",
+        "nested metadata: column 'l' has type list<item: int64>",
+        "unsupported metadata type: column 't' has type timestamp[s]",
+        "unsupported metadata type: column 'b' has type binary; metadata values must be bool, int, float or string "
+        "(flatten or cast them, or leave them out)",
+    ):
+        assert part in message
+    assert "'ok'" not in message
+    message = refused(table, "payload column 'q' not found", payload="q", metadata=["l", "ok"])
+    assert "column 'l' has type list<item: int64>" in message  # the metadata is checked too
+
+
 @pytest.mark.parametrize(
     "column, match",
     [

@@ -167,7 +167,9 @@ def test_json_lines_column_types_and_typed_tokens(tmp_path):
 def test_json_lines_errors_name_the_record(tmp_path):
     rows = [{"text": "a", "meta": 1}] * 5 + [{"text": "b", "meta": {"nested": True}}]
     write_jsonl(tmp_path / "n.jsonl", rows)
-    with pytest.raises(SourceInputError, match=r"n.jsonl: cannot read: ArrowInvalid: .*changed"):
+    with pytest.raises(
+        SourceInputError, match=r"n.jsonl: record 5: column .meta.: cannot read: ArrowInvalid: .*changed"
+    ):
         list(JsonLinesSource("n", tmp_path / "n.jsonl", payload="text"))
     write_jsonl(tmp_path / "s.jsonl", [{"text": "a", "meta": {"nested": 1}}])
     with pytest.raises(SourceInputError, match=r"nested metadata: column 'meta' has type struct<nested: int64>"):
