@@ -198,7 +198,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     for handle, expected in zip(handles, caches.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
-                    reader = Gatherer(handles, verify_records=caches.verify_records)
+                    reader = Gatherer(handles, verify_records=caches.verify_records, map_shards=True)
                 readers[caches.key] = reader
                 ring = rings.get(msg.ring_key)
                 if ring is None:
