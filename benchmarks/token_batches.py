@@ -151,9 +151,22 @@ def main(argv: list[str] | None = None) -> None:
                     env = {**os.environ, "PYTHONPATH": path}
                     child = json.dumps([contender, spec])
                     out = subprocess.run(
-                        [sys.executable, "-m", "benchmarks.token_batches", "--child", child,
-                         "--repeats", str(args.repeats), "--workers", str(args.workers)],
-                        env=env, cwd=here, capture_output=True, text=True, check=True,
+                        [
+                            sys.executable,
+                            "-m",
+                            "benchmarks.token_batches",
+                            "--child",
+                            child,
+                            "--repeats",
+                            str(args.repeats),
+                            "--workers",
+                            str(args.workers),
+                        ],
+                        env=env,
+                        cwd=here,
+                        capture_output=True,
+                        text=True,
+                        check=True,
                     )
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     results.setdefault((name, contender), []).extend(r["rates"])
@@ -161,14 +174,18 @@ def main(argv: list[str] | None = None) -> None:
             loads.append(os.getloadavg()[0])
         ref = statistics.median(results[(trees[0][0], "gather")]) if (trees[0][0], "gather") in results else None
         gather_digest = digests.get((trees[0][0], "gather"))
-        print(f"records {args.count} x {ROW_INTS} int32, batch {BATCH}, workers {args.workers}, "
-              f"rounds {args.rounds} x {args.repeats} timed passes; load avg (1 min) per round: "
-              + ", ".join(f"{x:.2f}" for x in loads))
+        print(
+            f"records {args.count} x {ROW_INTS} int32, batch {BATCH}, workers {args.workers}, "
+            f"rounds {args.rounds} x {args.repeats} timed passes; load avg (1 min) per round: "
+            + ", ".join(f"{x:.2f}" for x in loads)
+        )
         for (name, contender), rates in results.items():
             ratio = f"{statistics.median(rates) / ref:.3f}x gather" if ref else ""
             same = "" if gather_digest is None or digests[(name, contender)] == gather_digest else "  DIGEST DIFFERS"
-            print(f"{name:>8} {contender:<11} median {statistics.median(rates):8.1f} MiB/s  "
-                  f"(min {min(rates):.1f}, max {max(rates):.1f}, n={len(rates)})  {ratio}{same}")
+            print(
+                f"{name:>8} {contender:<11} median {statistics.median(rates):8.1f} MiB/s  "
+                f"(min {min(rates):.1f}, max {max(rates):.1f}, n={len(rates)})  {ratio}{same}"
+            )
 
 
 if __name__ == "__main__":
