@@ -29,7 +29,9 @@ not the process's. A shard file truncated after it was mapped raises SIGBUS in t
 touches a page past its new end: the process dies, which only a reader worker may do (its parent
 turns the death into a WorkerCrashedError naming the shard). A shard that cannot be mapped, or
 is shorter than its manifest's byte_len, stays on pread, whose errors name it as before.
-Compressed shards and remote caches (whose node-cache files come and go) stay on pread.
+Compressed shards and remote caches (whose node-cache files come and go) stay on pread, and so
+do the shards past the first MAX_MAPPED_SHARDS of a reader: a mapping is an area of the process's
+`vm.max_map_count`, which the caches' index and sidecar mappings need too.
 
 Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
 `CacheHandle` (built once per handle and process) when the cache is first mapped here; the table
@@ -53,6 +55,7 @@ from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+MAX_MAPPED_SHARDS = 1024  # per reader (a reader worker keeps at most MAX_CACHED_READERS readers)
 
 
 def _node_cache_tight(handles: Sequence[CacheHandle]) -> bool:
@@ -91,6 +94,7 @@ class Gatherer:
         self.handles = list(handles)
         self.verify_records = verify_records
         self.map_shards = map_shards
+        self.mapped_shards = 0  # shards read from their mapping (`_map_shards`)
         self.budget = budget if budget is not None else BUDGET
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
         remote = [h.remote is not None for h in self.handles]
@@ -224,10 +228,12 @@ class Gatherer:
         one that cannot be mapped stays on pread."""
         base = self.shards.base[k]
         for j, (shard, path) in enumerate(zip(self.handles[k].manifest.shards, self.shards.paths[k])):
+            if self.mapped_shards >= MAX_MAPPED_SHARDS:
+                return
             if shard.algo != "none" or shard.byte_len == 0:
                 continue
             try:
-                self.table.map_shard(base + j, MappedFile(path))
+                self.mapped_shards += self.table.map_shard(base + j, MappedFile(path))
             except (CacheIOError, CacheFormatError):
                 continue  # pread meets the same file and words its error
 
