@@ -12,7 +12,9 @@ default action, whatever handler a forked worker inherited), exits when the pare
 ring arrives as a descriptor right after its OpenRun; the worker maps it and closes the
 descriptor, so the memory goes when the parent and the workers have unmapped it.
 Exceptions while serving a task are reported as TaskFailed with the traceback text (and a
-CacheIOError's errno and path); the worker keeps serving.
+CacheIOError's errno and path); the worker keeps serving. Its readers map the uncompressed shards
+of local caches (`Gatherer(map_shards=True)`): a shard truncated under it kills it with SIGBUS,
+which the parent reports as a WorkerCrashedError naming the shard (runtime/run.py).
 """
 
 from __future__ import annotations
