@@ -273,10 +273,21 @@ class RingRun(ABC, Generic[ItemT]):
         were reading (their plans are still in their slots), a shard file now shorter than its
         manifest says (or gone) first: a reader worker reading mapped shards dies of SIGBUS
         when one is truncated under it. Unchanged when the run had no task on that worker."""
-        ring = self.ring
-        plans = [(slot, count) for worker, slot, count in self._task_worker.values() if worker == exc.worker]
-        if ring is None or not plans:
+        try:
+            note = self._crash_note(exc.worker)
+        except Exception:  # the note must never hide the crash (a cache removed meanwhile, ...)
+            note = None
+        if note is None:
             raise exc
+        what, named = note
+        raise errors.WorkerCrashedError(f"{exc} {what}", worker=exc.worker, shards=named) from exc
+
+    def _crash_note(self, dead: int | None) -> tuple[str, tuple[str, ...]] | None:
+        """(`while reading shard ...`, shard paths) for `_raise_crash`, or None."""
+        ring = self.ring
+        plans = [(slot, count) for worker, slot, count in self._task_worker.values() if worker == dead]
+        if ring is None or not plans:
+            return None
         handles = self.fallback.handles
         shards: dict[tuple[int, int], None] = {}
         for slot, count in plans:
@@ -308,7 +319,7 @@ class RingRun(ABC, Generic[ItemT]):
         else:
             more = f" and {len(named) - 4} more" if len(named) > 4 else ""
             what = f"while reading shard(s) {', '.join(named[:4])}{more}"
-        raise errors.WorkerCrashedError(f"{exc} {what}", worker=exc.worker, shards=tuple(named)) from exc
+        return what, tuple(named)
 
     @staticmethod
     def _raise_failure(msg: TaskFailed) -> None:
