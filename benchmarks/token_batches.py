@@ -186,6 +186,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"{name:>8} {contender:<11} median {statistics.median(rates):8.1f} MiB/s  "
                 f"(min {min(rates):.1f}, max {max(rates):.1f}, n={len(rates)})  {ratio}{same}"
             )
+        differs = [key for key, d in digests.items() if gather_digest is not None and d != gather_digest]
+        if differs:
+            sys.exit(f"batches differ from the memmap gather's rows: {differs}")
+        print("every contender's batches equal the memmap gather's rows")
 
 
 if __name__ == "__main__":
