@@ -15,7 +15,10 @@ the cache has a checksum sidecar) before any of its bytes are interpreted.
 One path per record, shared by both kernels, each step a `noexcept nogil` helper that either
 succeeds or fills a `FaultInfo` and stops the loop:
   _locate        the index entry: sample range, shard id, bounds within the shard, open shard
-  _read_run      one pread of the run of neighbouring records from there (in place or staged)
+  _read_run      one pread of the run of neighbouring records from there (in place or staged), or
+                 one memcpy when the shard is mapped (`CacheTable.map_shard`): either way the bytes
+                 land in the output or the scratch first, and every check reads that copy, so a
+                 file changed after the check cannot change what is returned
   _check_record  XXH3-64 against the sidecar, JSON length, JSON UTF-8
   _payload_size  the codec's declared decoded size, bounded by the shard's uncompressed_byte_len
   _decode        the codec's decode into the output (a codec with per-cache state gets its cache's)
@@ -269,7 +272,7 @@ cdef inline int _pread_full(int fd, uint8_t* dst, size_t n, uint64_t offset, Fau
 cdef inline int _read_run(const CacheArrays* t, const Rows* rows, Py_ssize_t i, const RecordAt* r, uint8_t* dst,
                           uint64_t limit, Staging* staging, Run* run, FaultInfo* f) noexcept nogil:
     """Read the run of neighbouring records that starts at row i (record r; at most `limit` bytes,
-    limit >= r.rec_len) with one pread: into `dst` (in place; the caller made room for `limit`
+    limit >= r.rec_len) with one pread, or one memcpy from the shard's mapping when it has one: into `dst` (in place; the caller made room for `limit`
     bytes) or, when dst is NULL, into the staging buffer, grown as needed (F_NOMEM). `run` then
     says which rows it holds and where. 0, or -1 with the fault in f."""
     cdef uint64_t total
@@ -280,7 +283,9 @@ cdef inline int _read_run(const CacheArrays* t, const Rows* rows, Py_ssize_t i, 
             f.a = total
             return -1
         dst = staging.buf
-    if _pread_full(t.shard_fd[r.shard], dst, total, r.off, f) != 0:
+    if t.shard_map[r.shard] != NULL:  # a mapped shard: the same bytes, copied without a syscall
+        memcpy(dst, t.shard_map[r.shard] + r.off, total)
+    elif _pread_full(t.shard_fd[r.shard], dst, total, r.off, f) != 0:
         return -1
     run.off = r.off
     run.base = dst

@@ -7,7 +7,9 @@ Boundary: one path in, one read-only mapping out; knows no cache layout, no tabl
 A mapping keeps no file descriptor (it is closed right after `mmap`), so any number of open caches
 cost no descriptors; it is MAP_SHARED, so every process reading the same file shares its pages
 through the page cache. Only files checked against their manifest are mapped (`CacheHandle`): a
-mapped file truncated under a reader raises SIGBUS, which is why shards are read with `pread`.
+mapped file truncated under a reader raises SIGBUS in the process touching it, which is why shards
+are read with `pread` in the user's processes and mapped only in reader workers, whose death the
+parent reports (runtime/gatherer.py `map_shards`).
 """
 
 from cpython.buffer cimport PyBUF_WRITABLE

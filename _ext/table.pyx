@@ -7,7 +7,7 @@ Boundary: numbers, addresses and names per cache and per shard; no I/O, no recor
 gather.pyx reads the C arrays (`CacheArrays`) directly, with the GIL released.
 
 Ownership: the table owns its arrays, and keeps alive every object it points into (each cache's
-`MappedFile`s and `DecodeState`). It borrows the reader's shard descriptor array (int32, -1 for
+`MappedFile`s and `DecodeState`, and the shards mapped with `map_shard`). It borrows the reader's shard descriptor array (int32, -1 for
 a closed shard), which the process's descriptor budget (`runtime/descriptors.py`) writes as it
 opens and closes shards: the table holds a buffer view of it, so the array cannot be resized
 while the table lives, and the kernels see every open and close without a copy.
@@ -70,6 +70,7 @@ cdef class CacheTable:
         t.shard_len = <uint64_t*>_zeroed(m, sizeof(uint64_t))
         t.shard_ulen = <uint64_t*>_zeroed(m, sizeof(uint64_t))
         t.shard_codec = <uint8_t*>_zeroed(m, sizeof(uint8_t))
+        t.shard_map = <const uint8_t**>_zeroed(m, sizeof(uint8_t*))
         self._mapped = <uint8_t*>_zeroed(n, sizeof(uint8_t))
         for c in range(n):
             if shard_count[c] < 0:
@@ -87,6 +88,7 @@ cdef class CacheTable:
         self.labels = [str(x) for x in labels]
         self.shard_names = [str(x) for x in shard_names]
         self._held = [None] * n
+        self._shard_maps = [None] * m
         self.unmapped = n
 
     def __dealloc__(self):
@@ -100,6 +102,7 @@ cdef class CacheTable:
         PyMem_Free(t.shard_len)
         PyMem_Free(t.shard_ulen)
         PyMem_Free(t.shard_codec)
+        PyMem_Free(t.shard_map)
         PyMem_Free(self._mapped)
 
     @property
@@ -127,6 +130,28 @@ cdef class CacheTable:
         if self._mapped[k] != 1:
             self._mapped[k] = 1
             self.unmapped -= 1
+
+    def map_shard(self, Py_ssize_t s, shard not None):
+        """Point flat shard s at `shard`, the whole shard file mapped read-only (a MappedFile the
+        table keeps alive), so the kernels copy its uncompressed records out of the mapping instead
+        of reading them with pread. Refused (False, nothing changes) when the mapping is shorter
+        than the shard's byte_len: every record the index may name must lie inside it. A mapped
+        page of a file truncated later raises SIGBUS in the process that touches it, so only a
+        process whose death its parent reports maps shards (a reader worker). O(1)."""
+        if not 0 <= s < self.arrays.n_shards:
+            raise_fault(F_ARGUMENT, f"CacheTable.map_shard: shard {s} is outside [0, {self.arrays.n_shards})")
+        if not isinstance(shard, MappedFile):
+            raise_fault(F_TYPE, "CacheTable.map_shard takes a MappedFile")
+        if <uint64_t>shard.size < self.arrays.shard_len[s] or shard.address == 0:
+            return False
+        self.arrays.shard_map[s] = <const uint8_t*><size_t>shard.address
+        self._shard_maps[s] = shard
+        return True
+
+    @property
+    def mapped_shards(self):
+        """How many shards are read from their mapping (`map_shard`)."""
+        return sum(1 for m in self._shard_maps if m is not None)
 
     def unmapped_in(self, const int64_t[::1] cache_pos not None):
         """The distinct caches named in `cache_pos` (int64 cache positions) that are not mapped yet,

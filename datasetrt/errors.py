@@ -196,7 +196,17 @@ class WorkerError(DatasetRTError, RuntimeError):
 
 
 class WorkerCrashedError(WorkerError):
-    """A reader worker process exited or was killed (exit code or signal in the message)."""
+    """A reader worker process exited or was killed (exit code or signal in the message).
+
+    `worker` is the worker's index (None for the process that forks them); `shards` the shard
+    files the worker's unfinished tasks were reading, when the run knows them, a file found
+    shorter than its manifest says first (and named in the message): a worker reading a mapped
+    shard dies of SIGBUS when the file is truncated under it."""
+
+    def __init__(self, message: str, *, worker: int | None = None, shards: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.shards = shards
 
 
 class WorkerTimeoutError(WorkerError):

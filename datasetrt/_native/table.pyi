@@ -35,6 +35,11 @@ class CacheTable:
         self, k: int, index: MappedFile, checksums: MappedFile | None = None, state: DecodeState | None = None
     ) -> None:
         """Point cache k at its mapped index, sidecar (None: not verified) and codec state."""
+    def map_shard(self, s: int, shard: MappedFile) -> bool:
+        """Read flat shard s's uncompressed records from `shard` (its whole file mapped); False
+        (not mapped) when the mapping is shorter than the shard's byte_len."""
+    @property
+    def mapped_shards(self) -> int: ...
     def unmapped_in(self, cache_pos: BufferLike) -> list[int]:
         """The distinct caches named in the int64 `cache_pos` not mapped yet, in order of first use."""
     @property

@@ -21,6 +21,18 @@ reader workers, DataLoader workers), so a file is never removed while open and t
 stays within the limit (files present plus removed-but-open <= limit). A block whose shards do
 not all fit beside the other pins is gathered in prefixes (`_hold`).
 
+Mapped shards (`map_shards=True`, reader workers only): the uncompressed shards of a local cache
+are mapped whole, read-only and shared (`MappedFile`), when the cache is first mapped here, and
+the kernels copy their records out of the mapping instead of calling pread per record; every
+check still reads the copy. The pages are the page cache's (file-backed, reclaimable: Pss_File),
+not the process's. A shard file truncated after it was mapped raises SIGBUS in the process that
+touches a page past its new end: the process dies, which only a reader worker may do (its parent
+turns the death into a WorkerCrashedError naming the shard). A shard that cannot be mapped, or
+is shorter than its manifest's byte_len, stays on pread, whose errors name it as before.
+Compressed shards and remote caches (whose node-cache files come and go) stay on pread, and so
+do the shards past the first MAX_MAPPED_SHARDS of a reader: a mapping is an area of the process's
+`vm.max_map_count`, which the caches' index and sidecar mappings need too.
+
 Codec state: a cache whose codec has per-cache state (zstd_dict) gets its prepared state from its
 `CacheHandle` (built once per handle and process) when the cache is first mapped here; the table
 points the cache at it and keeps it alive.
@@ -33,8 +45,9 @@ import time
 from collections.abc import Container, Sequence
 
 from datasetrt._native import gather as native
+from datasetrt._native.mapped import MappedFile
 from datasetrt._native.table import CacheTable
-from datasetrt.errors import CacheIOError, DiskFullError, DiskLimitError
+from datasetrt.errors import CacheFormatError, CacheIOError, DiskFullError, DiskLimitError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
@@ -42,6 +55,7 @@ from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
+MAX_MAPPED_SHARDS = 1024  # per reader (a reader worker keeps at most MAX_CACHED_READERS readers)
 
 
 def _node_cache_tight(handles: Sequence[CacheHandle]) -> bool:
@@ -70,10 +84,17 @@ class Gatherer:
     """
 
     def __init__(
-        self, handles: Sequence[CacheHandle], *, verify_records: bool = True, budget: DescriptorBudget | None = None
+        self,
+        handles: Sequence[CacheHandle],
+        *,
+        verify_records: bool = True,
+        budget: DescriptorBudget | None = None,
+        map_shards: bool = False,
     ) -> None:
         self.handles = list(handles)
         self.verify_records = verify_records
+        self.map_shards = map_shards
+        self.mapped_shards = 0  # shards read from their mapping (`_map_shards`)
         self.budget = budget if budget is not None else BUDGET
         shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
         remote = [h.remote is not None for h in self.handles]
@@ -199,6 +220,22 @@ class Gatherer:
         index = handle.index_map()
         sidecar = handle.checksum_map() if self.verify_records else None
         self.table.map_cache(k, index, sidecar, handle.codec_state())
+        if self.map_shards and handle.remote is None:
+            self._map_shards(k)
+
+    def _map_shards(self, k: int) -> None:
+        """Map the uncompressed, non-empty shards of local cache k (see the module docstring);
+        one that cannot be mapped stays on pread."""
+        base = self.shards.base[k]
+        for j, (shard, path) in enumerate(zip(self.handles[k].manifest.shards, self.shards.paths[k])):
+            if self.mapped_shards >= MAX_MAPPED_SHARDS:
+                return
+            if shard.algo != "none" or shard.byte_len == 0:
+                continue
+            try:
+                self.mapped_shards += self.table.map_shard(base + j, MappedFile(path))
+            except (CacheIOError, CacheFormatError):
+                continue  # pread meets the same file and words its error
 
     def close(self) -> None:
         """Close every descriptor (idempotent). Mappings stay with their handles."""

@@ -342,4 +342,4 @@ class WorkerPool:
         code = proc.exitcode
         self.close()
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}")
+        raise WorkerCrashedError(f"reader worker {worker} (pid {proc.pid}) {how}", worker=worker)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import importlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -188,6 +189,7 @@ class RingRun(ABC, Generic[ItemT]):
         self._failure: TaskFailed | None = None
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
+        self._task_worker: dict[int, tuple[int, int, int]] = {}  # task id in flight -> (worker, slot, count)
         if attach:
             self._attach()
 
@@ -217,6 +219,8 @@ class RingRun(ABC, Generic[ItemT]):
     # -- messages and submission ------------------------------------------------------------
 
     def _on_message(self, msg: object) -> None:
+        if isinstance(msg, (TaskDone, TaskFailed)):
+            self._task_worker.pop(msg.task_id, None)
         if isinstance(msg, TaskFailed):
             self._failure = self._failure or msg
         elif isinstance(msg, TaskDone):
@@ -231,10 +235,13 @@ class RingRun(ABC, Generic[ItemT]):
         """Keep the ring's free slots working until the task starting at window `position` is
         done; pop and return its (result, row count). Raises the run's first failure."""
         pool, _ring = self._attached()
-        self._submit()
-        while position not in self._done and self._failure is None:
-            pool.poll(self.timeout_s)
+        try:
             self._submit()
+            while position not in self._done and self._failure is None:
+                pool.poll(self.timeout_s)
+                self._submit()
+        except errors.WorkerCrashedError as exc:
+            self._raise_crash(exc)
         if self._failure is not None:
             self._raise_failure(self._failure)
         return self._done.pop(position)
@@ -258,7 +265,61 @@ class RingRun(ABC, Generic[ItemT]):
             ring.write_plan(slot, cache_pos=cache_pos, sample_id=sample_id, row=rows)
             self._task_ids += 1
             self._task_counts[self._task_ids] = count
-            pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
+            worker = pool.submit(self._run, ReadTask(self.run_id, self._task_ids, first, count, slot))
+            self._task_worker[self._task_ids] = (worker, slot, count)
+
+    def _raise_crash(self, exc: errors.WorkerCrashedError) -> None:
+        """Raise `exc` again naming the shards the dead worker's unfinished tasks of this run
+        were reading (their plans are still in their slots), a shard file now shorter than its
+        manifest says (or gone) first: a reader worker reading mapped shards dies of SIGBUS
+        when one is truncated under it. Unchanged when the run had no task on that worker."""
+        try:
+            note = self._crash_note(exc.worker)
+        except Exception:  # the note must never hide the crash (a cache removed meanwhile, ...)
+            note = None
+        if note is None:
+            raise exc
+        what, named = note
+        raise errors.WorkerCrashedError(f"{exc} {what}", worker=exc.worker, shards=named) from exc
+
+    def _crash_note(self, dead: int | None) -> tuple[str, tuple[str, ...]] | None:
+        """(`while reading shard ...`, shard paths) for `_raise_crash`, or None."""
+        ring = self.ring
+        plans = [(slot, count) for worker, slot, count in self._task_worker.values() if worker == dead]
+        if ring is None or not plans:
+            return None
+        handles = self.fallback.handles
+        shards: dict[tuple[int, int], None] = {}
+        for slot, count in plans:
+            plan = ring.arrays(slot, count)
+            cache_pos, sample_id = plan["cache_pos"], plan["sample_id"]
+            for k in np.unique(cache_pos).tolist():
+                index = np.frombuffer(handles[k].index_map(), dtype="<u8").reshape(-1, 3)
+                sids = sample_id[cache_pos == k]
+                ids = np.unique(index[sids[sids < len(index)].astype(np.int64), 0])
+                for j in ids[ids < len(handles[k].manifest.shards)].tolist():
+                    shards[(k, j)] = None
+        short: list[str] = []
+        named: list[str] = []
+        for k, j in shards:
+            path = str(handles[k].shard_paths()[j])
+            declared = handles[k].manifest.shards[j].byte_len
+            try:
+                size: int | None = os.stat(path).st_size
+            except OSError:
+                size = None
+            if size is None or size < declared:
+                now = "is gone" if size is None else f"is now {size} bytes"
+                short.append(f"{path} ({now}; its manifest says {declared}: truncated while it was read?)")
+                named.insert(len(short) - 1, path)
+            else:
+                named.append(path)
+        if short:
+            what = f"while reading shard {'; shard '.join(short)}"
+        else:
+            more = f" and {len(named) - 4} more" if len(named) > 4 else ""
+            what = f"while reading shard(s) {', '.join(named[:4])}{more}"
+        return what, tuple(named)
 
     @staticmethod
     def _raise_failure(msg: TaskFailed) -> None:

@@ -12,7 +12,9 @@ default action, whatever handler a forked worker inherited), exits when the pare
 ring arrives as a descriptor right after its OpenRun; the worker maps it and closes the
 descriptor, so the memory goes when the parent and the workers have unmapped it.
 Exceptions while serving a task are reported as TaskFailed with the traceback text (and a
-CacheIOError's errno and path); the worker keeps serving.
+CacheIOError's errno and path); the worker keeps serving. Its readers map the uncompressed shards
+of local caches (`Gatherer(map_shards=True)`): a shard truncated under it kills it with SIGBUS,
+which the parent reports as a WorkerCrashedError naming the shard (runtime/run.py).
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     for handle, expected in zip(handles, caches.identities):
                         if handle.identity != tuple(expected):
                             raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
-                    reader = Gatherer(handles, verify_records=caches.verify_records)
+                    reader = Gatherer(handles, verify_records=caches.verify_records, map_shards=True)
                 readers[caches.key] = reader
                 ring = rings.get(msg.ring_key)
                 if ring is None:

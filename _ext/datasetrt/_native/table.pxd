@@ -22,6 +22,7 @@ cdef struct CacheArrays:
     const void** codec_state    # the cache's CacheDecodeState (codecs.pxd), or NULL for codecs without one
     # per flat shard
     const int32_t* shard_fd     # open descriptor, or -1 while closed
+    const uint8_t** shard_map   # the shard mapped whole (at least shard_len bytes), or NULL: read with pread
     uint64_t* shard_len         # byte_len: every read stays below it
     uint64_t* shard_ulen        # uncompressed_byte_len: no payload decodes larger
     uint8_t* shard_codec        # codec id (codecs.pxd CodecId)
@@ -32,6 +33,7 @@ cdef class CacheTable:
     cdef const int32_t[::1] _fds
     cdef uint8_t* _mapped
     cdef list _held
+    cdef list _shard_maps
     cdef readonly list labels
     cdef readonly list shard_names
     cdef readonly Py_ssize_t unmapped

@@ -191,3 +191,52 @@ def test_running_out_of_descriptors_while_mapping_relieves_the_budget_by_errno(t
         reader.read_chunk(*_rows(range(4)))
     assert Budget.relieved == 1
     reader.close()
+
+
+@pytest.mark.parametrize("order", ["ordered", "shuffled"])
+@pytest.mark.parametrize("out_bytes", [40_000, 700])
+def test_mapped_shards_read_what_pread_reads(tmp_path, order, out_bytes):
+    """`map_shards=True` (reader workers): uncompressed shards are copied out of their mapping;
+    both kernels return pread's bytes, in place, staged, with the JSON kept or dropped."""
+    from datasetrt.runtime.gatherer import Gatherer
+
+    path = _write(tmp_path, "c", sample_items(120, seed=4), max_shard_bytes=4096)
+    handles = [CacheHandle.open(path)]
+    mapped = Gatherer(handles, map_shards=True)
+    plain = Gatherer(handles)
+    ids = np.arange(120) if order == "ordered" else np.random.default_rng(2).permutation(120)
+    cache_pos, sample_id = _rows(ids)
+    for keep_json in (False, True):
+        got = [_batch(g, cache_pos, sample_id, out_bytes, keep_json=keep_json) for g in (mapped, plain)]
+        assert got[0][0] == got[1][0] and got[0][0][0] > 0
+        np.testing.assert_array_equal(got[0][1], got[1][1])
+        np.testing.assert_array_equal(got[0][2], got[1][2])
+    outs = []
+    for g in (mapped, plain):
+        out, spans = np.zeros(out_bytes, np.uint8), [np.zeros(120, np.int64) for _ in range(4)]
+        outs.append((g.gather_into(cache_pos, sample_id, out, *spans), out, spans))
+    assert outs[0][0] == outs[1][0]
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    assert mapped.mapped_shards == len(handles[0].manifest.shards) > 1 and plain.mapped_shards == 0
+    mapped.close()
+    plain.close()
+
+
+def test_a_shard_shorter_than_its_manifest_is_not_mapped(tmp_path):
+    """A shard already shorter than its byte_len when the reader maps it stays on pread, whose
+    error names it (a mapping would raise SIGBUS past the file's end)."""
+    from datasetrt.errors import CacheIOError
+    from datasetrt.runtime.gatherer import Gatherer
+
+    path = _write(tmp_path, "c", sample_items(60, seed=5, payload_bytes=200), max_shard_bytes=4096)
+    handles = [CacheHandle.open(path)]
+    shard = handles[0].shard_paths()[0]
+    with open(shard, "r+b") as f:
+        f.truncate(100)
+    reader = Gatherer(handles, map_shards=True)
+    assert reader.mapped_shards == 0  # nothing mapped before the first gather
+    cache_pos, sample_id = _rows(np.arange(60))
+    with pytest.raises(CacheIOError, match=re.escape(str(shard))):
+        _batch(reader, cache_pos, sample_id, 40_000)
+    assert reader.mapped_shards == len(handles[0].manifest.shards) - 1
+    reader.close()
