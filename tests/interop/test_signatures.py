@@ -37,15 +37,20 @@ def test_to_torch_dataloader_has_dataset_rts_signature_and_no_kwargs():
     assert "batch_size: 'int' = 1" in text and "multiprocessing_context: 'Any' = 'spawn'" in text
 
 
+PACKING = ("pack", "pack_mode", "overlong")  # to_torch_batches' own keywords: the packed loader's (docs/packing.md)
+
+
 def test_to_torch_batches_and_iterable_dataset_forward_their_adapters_signatures():
-    assert shape(drt.CachedDataset.to_torch_batches, drop=1) == shape(batches.to_torch_batches, drop=1)
+    ours = shape(drt.CachedDataset.to_torch_batches, drop=1)
+    assert [name for name, _, _ in ours[-len(PACKING) :]] == list(PACKING)
+    assert ours[: -len(PACKING)] == shape(batches.to_torch_batches, drop=1)
     assert shape(drt.CachedDataset.to_torch_iterable_dataset) == shape(rt.CachedDataset.to_torch_iterable_dataset)
     for method, returned in [
         (drt.CachedDataset.to_torch_dataloader, loader.DatasetRTDataLoader),
         (drt.CachedDataset.to_torch_batches, batches.DatasetRTBatchLoader),
         (drt.CachedDataset.to_torch_iterable_dataset, iterable.CachedIterableDataset),
     ]:  # annotations name the classes (imported for type checkers only: the core never imports torch)
-        assert inspect.signature(method).return_annotation == returned.__name__
+        assert returned.__name__ in inspect.signature(method).return_annotation.split(" | ")
 
 
 def test_write_cache_keeps_dataset_rts_parameters_and_adds_if_exists():
