@@ -50,7 +50,7 @@ def page(topic: str) -> Path:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("docs", help=SUMMARY, description=SUMMARY)
+    p = sub.add_parser("docs", help="list, print or locate the documentation pages (docs/NAME.md)", description=SUMMARY)
     p.add_argument("topic", nargs="?", metavar="TOPIC", help='e.g. "python-api" or "docs/python-api.md"')
     p.add_argument("--path", action="store_true", help="print the page's path instead of its text")
 

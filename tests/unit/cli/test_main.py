@@ -192,5 +192,5 @@ def test_help_describes_every_subcommand_on_one_line(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     start = lines.index("  COMMAND") + 1
     block = lines[start : lines.index("", start)]
-    assert [line.split()[0] for line in block] == ["inspect", "validate", "convert", "prune", "pss", "demo"]
+    assert [line.split()[0] for line in block] == ["inspect", "validate", "convert", "prune", "pss", "demo", "docs"]
     assert all(len(line.split()) > 3 for line in block)  # a name, then its description on the same line
