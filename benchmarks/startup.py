@@ -14,7 +14,9 @@ measures right after its last batch (`end`).
 
 Trees: `--tree LABEL=PATH` (repeatable) runs the same child against the datasetrt package of
 another checkout (PATH holds `datasetrt/` with its compiled `_native/*.so`): the runs alternate
-tree by tree within each repeat, so a before/after table is measured under the same load.
+tree by tree within each repeat, so a before/after table is measured under the same load. Each
+tree is byte-compiled first (under a PYTHONPYCACHEPREFIX in the workdir: no run compiles what it
+imports lazily, and nothing is written into the trees) and run once uncounted.
 
 Usage:
   python -m benchmarks.startup [--sizes 500,4000,40000] [--repeats 5] [--workdir DIR]
@@ -98,9 +100,25 @@ def child(spec: dict) -> dict:
     return {"rate": size / elapsed, "elapsed_s": elapsed, "first_batch_s": first, "end_pss": end_pss}
 
 
+def compiled(trees: dict[str, str], workdir: Path) -> None:
+    """Bytecode of every tree, under one prefix outside the trees (PYTHONPYCACHEPREFIX, inherited
+    by the children and their workers): no run compiles the modules it imports lazily, as a
+    reader with a writable __pycache__ never does after its first import."""
+    import subprocess
+
+    os.environ["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    for tree in trees.values():
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "datasetrt")], check=True)
+
+
 def run(trees: dict[str, str], sizes: list[int], repeats: int, cache: Path) -> dict:
-    """Every (tree, size) `repeats` times, trees alternating inside each repeat."""
+    """Every (tree, size) `repeats` times, trees alternating inside each repeat (after one run of
+    each tree that is not counted)."""
     results: dict[str, dict[int, list[dict]]] = {label: {size: [] for size in sizes} for label in trees}
+    for tree in trees.values():
+        spec = {"tree": tree, "size": min(sizes), "cache": str(cache)}
+        child_process(["-m", "benchmarks.startup", "--child", json.dumps(spec)], timeout_s=600)
     for rep in range(repeats):
         for size in sizes:
             for label, tree in trees.items():
@@ -162,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     cache = prepare(workdir)
+    compiled(trees, workdir)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = run(trees, sizes, args.repeats, cache)
     print(table(results))

@@ -98,6 +98,9 @@ class BatchRun(RingRun[PackedBatch]):
                         break
                     pool.check_startup()
                 head.close()
+                # The head's private buffers go with its batches, not with the run: the ring
+                # serves the rest (a batch outgrowing its slot gets a buffer of its own).
+                self._buffers = BufferPool()
                 if self.pool is None:  # an empty window
                     self._attach()
                 self._next_first = position
