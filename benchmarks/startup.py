@@ -8,7 +8,8 @@ runtime, its workers and its ring start from nothing, as in the issue's side-by-
 
 Figures per run (the child measures, from before `DatasetRuntime()` is created; imports
 excluded): samples/s over the whole epoch (start-up included: that is what a short epoch pays),
-time to first batch, and tree PSS (the child and its workers: `datasetrt.cli.pss` sampling from
+time to first batch, CPU seconds of the tree (user + system of the child from that point, plus
+its reaped workers and zygote: less sensitive than wall time to other load on the machine), and tree PSS (the child and its workers: `datasetrt.cli.pss` sampling from
 the parent every 50 ms, so the sampler is not in the tree; `peak`) plus the tree PSS the child
 measures right after its last batch (`end`).
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -80,6 +82,7 @@ def child(spec: dict) -> dict:
     assert Path(drt.__file__).resolve().is_relative_to(tree), drt.__file__
     runtime_cls, config_cls = drt.DatasetRuntime, drt.ReaderConfig  # the lazy imports, before the clock
     size = spec["size"]
+    cpu0 = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),))
     t0 = time.perf_counter()
     rt = runtime_cls(num_workers=WORKERS)
     first = None
@@ -97,7 +100,9 @@ def child(spec: dict) -> dict:
         rt.close()
     if rows != size:
         raise AssertionError(f"read {rows} rows of a {size}-record epoch")
-    return {"rate": size / elapsed, "elapsed_s": elapsed, "first_batch_s": first, "end_pss": end_pss}
+    cpu = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu_s = sum(u.ru_utime + u.ru_stime for u in cpu) - cpu0
+    return {"rate": size / elapsed, "elapsed_s": elapsed, "first_batch_s": first, "end_pss": end_pss, "cpu_s": cpu_s}
 
 
 def compiled(trees: dict[str, str], workdir: Path) -> None:
@@ -143,8 +148,8 @@ def run(trees: dict[str, str], sizes: list[int], repeats: int, cache: Path) -> d
 def table(results: dict[str, dict[int, list[dict]]]) -> str:
     """Markdown: medians (min-max) per tree and epoch size."""
     lines = [
-        "| epoch | tree | samples/s | first batch | peak tree PSS | tree PSS after the last batch | load |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| epoch | tree | samples/s | first batch | CPU (tree) | peak tree PSS | tree PSS after the last batch | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     sizes = sorted({size for per in results.values() for size in per})
     for size in sizes:
@@ -154,10 +159,12 @@ def table(results: dict[str, dict[int, list[dict]]]) -> str:
             first = [r["first_batch_s"] * 1e3 for r in runs]
             peak = [r["peak_pss"] / 2**20 for r in runs]
             end = [r["end_pss"] / 2**20 for r in runs]
+            cpu = [r["cpu_s"] * 1e3 for r in runs]
             load = [r["load"] for r in runs]
             lines.append(
                 f"| {size:,} | {label} | {statistics.median(rate):,.0f} ({min(rate):,.0f}-{max(rate):,.0f}) "
                 f"| {statistics.median(first):,.0f} ms ({min(first):,.0f}-{max(first):,.0f}) "
+                f"| {statistics.median(cpu):,.0f} ms ({min(cpu):,.0f}-{max(cpu):,.0f}) "
                 f"| {statistics.median(peak):.0f} MiB ({min(peak):.0f}-{max(peak):.0f}) "
                 f"| {statistics.median(end):.0f} MiB | {min(load):.1f}-{max(load):.1f} |"
             )
