@@ -14,7 +14,10 @@ at any time, even after this run closed (the mapping outlives every view).
 
 Ring exhaustion: at least `num_workers` slots always circulate (free or in flight), so the
 workers never starve and the run never blocks on the consumer: a batch that would leave fewer
-is delivered as a private copy (its slot returns at once). With `for b in it`, the consumer
+is delivered as a private copy (its slot returns at once). In a ring with a slot for every batch
+of the window (a short epoch: `batch_ring` never gives it more), only as many slots as batches
+remain to be delivered (at most `num_workers`) need to circulate, so it copies only when the
+consumer still holds batches of an earlier run of the same ring. With `for b in it`, the consumer
 holds the previous batch while the next is fetched, so `RunShape` gives batch runs at least
 num_workers + 2 slots. A batch whose payloads outgrow its slot (compressed records decoding
 larger than planned) is read again by the parent into a private buffer. Both are counted in
@@ -39,18 +42,23 @@ STAGED_RUN_BYTES = 4 << 20  # the gather kernel's SPAN_MAX_BYTES: the most a wor
 
 def batch_ring(spec: RunSpec, shape: BatchShape) -> tuple[RunShape, MemoryBound]:
     """The ring of a batch run and its memory bound. A slot holds one batch read in place
-    (`shape.buffer_bytes(batch_size)` of payload region); slots = max(num_workers + 2,
-    min(max(2 x num_workers + 2, ceil(prefetch_size / batch_size)), RING_TARGET_BYTES / slot)):
-    two tasks per worker and the consumer's two batches while small slots keep the ring in the
-    CPU caches, down to one task per worker for large batches (150 KiB x 256 records: 4 slots
-    of 38 MiB), whose tree PSS the ring dominates."""
+    (`shape.buffer_bytes(batch_size)` of payload region); slots = min(batches in the window,
+    max(num_workers + 2, min(max(2 x num_workers + 2, ceil(prefetch_size / batch_size)),
+    RING_TARGET_BYTES / slot))): two tasks per worker and the consumer's two batches while small
+    slots keep the ring in the CPU caches, down to one task per worker for large batches
+    (150 KiB x 256 records: 4 slots of 38 MiB), whose tree PSS the ring dominates; never more
+    slots than the window has batches (every epoch of a loop has the same window length, so
+    the idle ring still fits the next epoch). The consumer may hold slots - num_workers
+    batches, or every slot when the ring has one per batch."""
     rows = shape.batch_size
     layout = SlotLayout.batch(rows, shape.buffer_bytes(rows), shape.check, shape.keep_json)
     workers = spec.num_workers
     wanted = max(2 * workers + 2, -(-spec.prefetch_size // rows))
-    slots = max(workers + 2, min(wanted, RING_TARGET_BYTES // layout.slot_bytes))
+    batches = max(1, -(-shape.end(spec.window.length) // rows))
+    slots = min(batches, max(workers + 2, min(wanted, RING_TARGET_BYTES // layout.slot_bytes)))
+    held = slots if slots >= batches else slots - workers
     scratch = min(layout.slot_bytes, max(STAGED_RUN_BYTES, spec.max_record_bytes))
-    return RunShape(slots, layout), MemoryBound(slots, layout.slot_bytes, workers, slots - workers, scratch)
+    return RunShape(slots, layout), MemoryBound(slots, layout.slot_bytes, workers, held, scratch)
 
 
 class BatchRun(RingRun[PackedBatch]):
@@ -68,6 +76,8 @@ class BatchRun(RingRun[PackedBatch]):
         super().__init__(spec, get_pool, ring_shape, bound, attach=pool_running)
         self.batch_shape = shape
         self._end = shape.end(self.window.length)
+        # A slot for every batch of the window: circulating slots are needed only for the batches left.
+        self._slot_per_batch = ring_shape.slots * shape.batch_size >= self._end
         self._buffers = BufferPool()
         self.copies = 0  # batches delivered as private copies (ring exhausted, or outgrown slot)
 
@@ -88,6 +98,9 @@ class BatchRun(RingRun[PackedBatch]):
                         break
                     pool.check_startup()
                 head.close()
+                # The head's private buffers go with its batches, not with the run: the ring
+                # serves the rest (a batch outgrowing its slot gets a buffer of its own).
+                self._buffers = BufferPool()
                 if self.pool is None:  # an empty window
                     self._attach()
                 self._next_first = position
@@ -113,8 +126,11 @@ class BatchRun(RingRun[PackedBatch]):
             self.copies += 1
             return read_packed(self.fallback, cache_pos, sample_id, row, first, self.batch_shape, self._buffers)
         layout = ring.layout
-        if ring.leased + 1 > ring.slots - self.num_workers:
-            # Leasing this slot would leave fewer than num_workers circulating: a copy instead.
+        circulating = self.num_workers
+        if self._slot_per_batch:  # (batches after this one, each needing a slot of its own)
+            circulating = min(circulating, -(-(self._end - first - count) // self.batch_shape.batch_size))
+        if ring.leased + 1 > ring.slots - circulating:
+            # Leasing this slot would leave fewer than `circulating` slots working: a copy instead.
             offsets = ring.region(slot, "offsets")[: 8 * (count + 1)].view(np.int64).copy()
             json = self._json(plan, count)
             end = int(offsets[count]) if json is None else len(ring.region(slot, "payload"))

@@ -14,6 +14,11 @@ gone). Views from `arrays()`, `region()` and `chunk()` are only meaningful while
 lent to the caller; a lease's views are valid for as long as they exist (closing the descriptor
 never unmaps: the mapping outlives every view).
 
+Reservation: the ring's size is checked against what the kernel can give when it is created,
+but a slot's pages are reserved (posix_fallocate) at its first `acquire()`, before any task or
+view can touch them: a run that uses fewer slots than its ring has never allocates, zero-fills
+or maps the others, and the first task waits for one slot's reservation, not the whole ring's.
+
 Every view holds a buffer export of the mapping (`np.frombuffer`; `np.ndarray(buffer=)` keeps
 none), so `close()` never unmaps memory a view still points to: the mapping then lives until the
 last view is gone, whatever happened to the run, its files and its workers meanwhile.
@@ -30,15 +35,15 @@ from collections import deque
 import numpy as np
 
 from datasetrt.runtime.local import Chunk
-from datasetrt.runtime.shm import create_shared_memory
+from datasetrt.runtime.shm import create_shared_memory, reserve_shared_memory
 from datasetrt.runtime.slot import PARENT, SlotLayout
 
 _RING_KEYS = itertools.count(1)
 
 
 class Ring:
-    """`slots` slots of `layout` in one anonymous shared file (created here, pages reserved;
-    `name` + key labels it in /proc maps). `key` names it to the workers (unique in this process), also
+    """`slots` slots of `layout` in one anonymous shared file (created here, sized and checked
+    against what the kernel can give; each slot's pages reserved at its first `acquire`); `name` + key labels it in /proc maps). `key` names it to the workers (unique in this process), also
     across the runs that reuse it (runtime/pool.py, "Idle ring").
 
     Each slot's full-length views are made once, here (a view costs a few microseconds, and a
@@ -50,7 +55,8 @@ class Ring:
         self.name = f"{name}{self.key}"
         self.layout = layout
         self.slots = slots
-        self.map, self.fd = create_shared_memory(self.name, slots * layout.slot_bytes)
+        self.map, self.fd = create_shared_memory(self.name, slots * layout.slot_bytes, reserve=False)
+        self.reserved = bytearray(slots)  # 1: the slot's pages are reserved (at its first acquire)
         self._close_fd = weakref.finalize(self, os.close, self.fd)
         self.free: deque[int] = deque(range(slots - 1, -1, -1))  # a stack: slot 0 is taken first
         self._leases: dict[int, weakref.ref] = {}  # slot -> weakref of its lease array, while leased
@@ -74,9 +80,27 @@ class Ring:
     def acquire(self) -> int | None:
         """A free slot (lent to the caller), or None when every slot is lent. The slot freed
         last is taken first (LIFO): its pages are the likeliest in the CPU caches, and a loop
-        that needs fewer slots than the ring has never touches the others (reserved by
-        posix_fallocate, but mapped into no process's page tables, so in no PSS)."""
-        return self.free.pop() if self.free else None
+        that needs fewer slots than the ring has never touches the others. A slot's first
+        acquire reserves its pages (posix_fallocate; ResourceLimitError if the kernel refuses,
+        and the slot stays free), so slots never acquired cost nothing."""
+        if not self.free:
+            return None
+        slot = self.free.pop()
+        if not self.reserved[slot]:
+            try:
+                reserve_shared_memory(
+                    self.fd, self.layout.slot_offset(slot), self.layout.slot_bytes, f"{self.name} slot {slot}"
+                )
+            except BaseException:
+                self.free.append(slot)
+                raise
+            self.reserved[slot] = 1
+        return slot
+
+    @property
+    def reserved_slots(self) -> int:
+        """Slots whose pages have been reserved (acquired at least once)."""
+        return sum(self.reserved)
 
     def release(self, slot: int) -> None:
         """Return a lent slot; its bytes may be overwritten by the next task."""

@@ -12,11 +12,13 @@ whichever process goes last and however it ends (exit, exception, SIGTERM, SIGKI
 Nothing is registered with the `multiprocess` resource tracker (the zygote is spawned without
 one: `launch._LeanSpawnPopen`).
 
-Reservation: a file's pages are reserved when it is created (posix_fallocate), after checking
-its size against what the kernel can give now (`memory.reservable_bytes`: available memory and
-swap, within the memory cgroup's limit), because past that the reservation does not fail: the
-OOM killer ends some process. A refusal, a failed reservation or mapping is a
-`ResourceLimitError` naming the sizes; running out of descriptors (EMFILE, ENFILE) gives back
+Reservation: a file's size is checked when it is created against what the kernel can give now
+(`memory.reservable_bytes`: available memory and swap, within the memory cgroup's limit),
+because past that a reservation does not fail: the OOM killer ends some process. Its pages are
+reserved (posix_fallocate) either all at creation or, for a ring (`reserve=False`), range by
+range with `reserve_shared_memory` before any process touches the range (`Ring.acquire`: a slot
+at its first lease), so a run pays for the slots it uses, never a page fault on an unreserved
+page. A refusal, a failed reservation or mapping is a `ResourceLimitError` naming the sizes; running out of descriptors (EMFILE, ENFILE) gives back
 the process's unused shard descriptors (`descriptors.BUDGET.relieve`) and tries once more, then
 is a `CacheIOError` whose `errno` says which. Memfds are not in /dev/shm and its size does not
 limit them.
@@ -62,10 +64,12 @@ def sweep_stale_runs(shm_dir: Path = SHM_DIR) -> list[Path]:
     return removed
 
 
-def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
-    """An anonymous shared file of `size` bytes with its pages reserved (posix_fallocate: a typed
-    error now, not SIGBUS later), mapped read-write: (mapping, descriptor). The caller owns the
-    descriptor (close it once no worker needs it any more); `what` names it in /proc maps.
+def create_shared_memory(what: str, size: int, reserve: bool = True) -> tuple[mmap.mmap, int]:
+    """An anonymous shared file of `size` bytes, mapped read-write: (mapping, descriptor). With
+    `reserve` its pages are reserved now (posix_fallocate: a typed error now, not SIGBUS later);
+    without, the caller reserves each range with `reserve_shared_memory` before any process
+    touches it. The caller owns the descriptor (close it once no worker needs it any more);
+    `what` names it in /proc maps.
 
     Refused before anything is reserved when `size` exceeds what the kernel can give now
     (ResourceLimitError); a descriptor shortage is a CacheIOError (module docstring)."""
@@ -80,9 +84,11 @@ def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
             )
     fd = _memfd(label)
     try:
-        if size:
+        if size and reserve:
+            reserve_shared_memory(fd, 0, size, what)
+        elif size:
             try:
-                os.posix_fallocate(fd, 0, size)
+                os.ftruncate(fd, size)  # sized, no page allocated yet
             except OSError as exc:
                 raise ResourceLimitError(
                     f"cannot reserve {size / 2**20:.1f} MiB of shared memory for the reader's {what}: "
@@ -98,6 +104,19 @@ def create_shared_memory(what: str, size: int) -> tuple[mmap.mmap, int]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def reserve_shared_memory(fd: int, offset: int, length: int, what: str) -> None:
+    """Reserve the pages of bytes [offset, offset+length) of shared file `fd` (posix_fallocate;
+    the file grows to cover them if it is shorter). ResourceLimitError naming the size when the
+    kernel refuses (ENOSPC under strict overcommit, EFBIG past RLIMIT_FSIZE)."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        raise ResourceLimitError(
+            f"cannot reserve {length / 2**20:.1f} MiB of shared memory for the reader's {what}: "
+            f"{os_error_text(exc)}; lower prefetch_size / num_workers"
+        ) from None
 
 
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)

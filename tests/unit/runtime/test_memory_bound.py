@@ -9,16 +9,20 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import datasetrt as drt
 from datasetrt.errors import DatasetRTError, ResourceLimitError
 from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.batch_run import batch_ring
+from datasetrt.runtime.local import BatchShape
 from datasetrt.runtime.memory import MemoryBound
 from datasetrt.runtime.run import RunShape, RunSpec, planned_record_bytes
 from datasetrt.runtime.shm import create_shared_memory
 from datasetrt.runtime.slot import SlotLayout
+from datasetrt.values.payloads import PayloadCheck
 from tests.conftest import ListSource, writer_config
 
 MiB = 1 << 20
@@ -130,6 +134,31 @@ def test_batch_run_bound_prints_held_batches_and_its_own_scratch():
         "ring 5 slots x 1.5 MiB = 7.5 MiB (up to 3 of them batches the consumer holds)"
         " + batch copied out 1.5 MiB + decode scratch 2 workers x 0.8 MiB = 10.5 MiB"
     )
+
+
+@pytest.mark.parametrize(
+    "epoch, drop_last, slots, held",
+    [
+        (40_000, False, 4, 2),
+        (4_000, False, 4, 2),
+        (1_000, False, 4, 4),
+        (500, False, 2, 2),
+        (500, True, 1, 1),
+        (1, False, 1, 1),
+    ],
+)
+def test_a_batch_ring_has_no_more_slots_than_its_window_has_batches(epoch, drop_last, slots, held):
+    """150 KiB records in batches of 256, 2 workers: 4 slots of 38 MiB, fewer when the window
+    has fewer batches; the bound (checked up front) is that of the ring made, and a ring with a
+    slot per batch lets the consumer hold every one of them."""
+    spec = SimpleNamespace(
+        window=SimpleNamespace(length=epoch), num_workers=2, prefetch_size=64, max_record_bytes=150 << 10
+    )
+    shape = BatchShape(256, drop_last, PayloadCheck(), False, 150 << 10)
+    ring, bound = batch_ring(spec, shape)  # type: ignore[arg-type]
+    assert ring.slots == bound.ring_slots == slots and bound.held_slots == held
+    assert ring.slot_bytes == bound.slot_bytes > 256 * (150 << 10)
+    assert bound.total == (slots + 1) * ring.slot_bytes + 2 * bound.worker_scratch_bytes
 
 
 def test_a_bound_cannot_change_after_it_is_checked():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
 import pytest
 
+from datasetrt.errors import ResourceLimitError
 from datasetrt.runtime.ring import Ring
 from datasetrt.runtime.slot import SlotLayout, WorkerSlot
 
@@ -80,3 +82,44 @@ def test_close_with_a_live_view_keeps_the_mapping_for_it(ring):
     chunk_data = ring.region(0, "data")
     ring.close()  # a consumer still holds a view: no error, the view stays readable
     assert chunk_data[:4].tolist() == [0, 0, 0, 0]
+
+
+def _blocks(ring) -> int:
+    return os.fstat(ring.fd).st_blocks * 512
+
+
+def test_a_slots_pages_are_reserved_at_its_first_acquire_and_never_before():
+    """The ring is sized at creation, but only a slot that is acquired gets its pages reserved
+    (posix_fallocate), once: a run that needs fewer slots than its ring never pays for the rest."""
+    ring = Ring("test-lazy", SlotLayout.records(8, 1 << 20), 4)
+    try:
+        slot_bytes = ring.layout.slot_bytes
+        assert os.fstat(ring.fd).st_size == 4 * slot_bytes and _blocks(ring) == 0 and ring.reserved_slots == 0
+        a = ring.acquire()
+        assert ring.reserved_slots == 1 and slot_bytes <= _blocks(ring) < 2 * slot_bytes
+        ring.release(a)
+        assert ring.acquire() == a and ring.reserved_slots == 1  # reused: nothing new reserved
+        b = ring.acquire()
+        assert b != a and ring.reserved_slots == 2 and _blocks(ring) >= 2 * slot_bytes
+    finally:
+        ring.close()
+
+
+def test_a_refused_slot_reservation_is_typed_and_leaves_the_slot_free(monkeypatch):
+    ring = Ring("test-refused", SlotLayout.records(8, 1000), 2)
+    try:
+
+        def no_space(fd, offset, size):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "posix_fallocate", no_space)
+        with pytest.raises(
+            ResourceLimitError,
+            match=r"cannot reserve [0-9.]+ MiB of shared memory for the reader's test-refused[0-9]+ slot 0: No space",
+        ):
+            ring.acquire()
+        assert len(ring.free) == 2 and ring.reserved_slots == 0
+        monkeypatch.undo()
+        assert ring.acquire() == 0 and ring.reserved_slots == 1
+    finally:
+        ring.close()

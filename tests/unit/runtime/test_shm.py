@@ -12,7 +12,13 @@ import multiprocess as mp
 import pytest
 
 from datasetrt.errors import ResourceLimitError
-from datasetrt.runtime.shm import attach_shared_memory, create_shared_memory, recv_fd, send_fd
+from datasetrt.runtime.shm import (
+    attach_shared_memory,
+    create_shared_memory,
+    recv_fd,
+    reserve_shared_memory,
+    send_fd,
+)
 
 SIZE = 3 * 4096 + 100
 
@@ -46,6 +52,19 @@ def test_shared_memory_has_no_name_and_its_pages_are_reserved():
         os.close(fd)
     gc.collect()
     assert f"/memfd:datasetrt-{os.getpid()}-unit-ring" not in mapped_names()
+
+
+def test_unreserved_shared_memory_is_sized_and_reserved_range_by_range():
+    """reserve=False (a ring): the file has its size and no page until a range is reserved."""
+    mapping, fd = create_shared_memory("unit-lazy", 4 * 65536, reserve=False)
+    try:
+        assert os.fstat(fd).st_size == 4 * 65536 and os.fstat(fd).st_blocks == 0
+        reserve_shared_memory(fd, 65536, 65536, "unit-lazy slot 1")
+        assert 65536 <= os.fstat(fd).st_blocks * 512 < 2 * 65536
+        assert os.fstat(fd).st_size == 4 * 65536
+    finally:
+        mapping.close()
+        os.close(fd)
 
 
 def test_a_descriptor_sent_over_the_task_socket_maps_the_same_memory(channel):
