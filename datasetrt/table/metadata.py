@@ -52,8 +52,11 @@ def physical_table(
     columns += [stored.column(n) for n in names]
     columns.append(pa.array(np.ones(catalog.total, dtype=np.float64)))
     table = pa.table(columns, names=[*IDENTITY_COLUMNS, *names, WEIGHT_COLUMN])
-    # A pa.Table converts to a DataFrame; pyarrow is untyped here, so mypy cannot pick that overload.
-    return cast(pl.DataFrame, pl.from_arrow(table))
+    # One chunk per column (the caches' tables arrive one batch per cache): a frame filtered or
+    # extended from it stays one chunk, so `validate_update` keeps views of its identity and
+    # weight columns instead of copies. A pa.Table converts to a DataFrame; pyarrow is untyped
+    # here, so mypy cannot pick that overload.
+    return cast(pl.DataFrame, pl.from_arrow(table, rechunk=True))
 
 
 def _fail(message: str) -> MetadataValidationError:
@@ -137,16 +140,12 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     valid_rows = df.height if first is None else first[0]
     cache_ids = df.get_column(IDENTITY_COLUMNS[0]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
     sample_ids = df.get_column(IDENTITY_COLUMNS[1]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
-    pos = catalog.positions(cache_ids)
-    # One gather and two masks (no per-row int64 temporaries beyond the gather): an unknown
-    # cache (-1) gathers the last cache's count and is masked out after.
-    known = sample_ids < np.take(catalog.counts.astype(np.uint64), pos, mode="wrap") if len(catalog) else pos >= 0
-    known &= pos >= 0
-    unknown = np.flatnonzero(~known)
-    if unknown.size:
-        i = int(unknown[0])
+    # Blockwise (O(block) temporaries besides the narrow positions it returns).
+    pos, unknown = catalog.lookup(cache_ids, sample_ids)
+    if unknown >= 0:
         raise _fail(
-            f"unknown samples metadata row identity cache_id={int(cache_ids[i])} sample_id={int(sample_ids[i])}"
+            f"unknown samples metadata row identity cache_id={int(cache_ids[unknown])} "
+            f"sample_id={int(sample_ids[unknown])}"
         )
     if first is not None:
         raise _fail(first[3])
