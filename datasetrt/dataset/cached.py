@@ -537,12 +537,15 @@ class CachedDataset:
 
         On any error the previous table stays active. Started iterators keep their snapshot.
         """
+        with self._lock:
+            # Validation needs only the catalog: the physical table is not held through it (it is
+            # decoded again if the physical population or get_metadata() needs it after a refusal).
+            self._tables.release_physical()
         active = self._tables.validated(df)
         population = self._ordered(Population(self._catalog, active, table=df), self._order)
         with self._lock:
             self._population = population
             self._active_frame = df
-            self._tables.release_physical()
             self._epoch_len = None
             self._cursor = 0
             self._draw_offset = 0
