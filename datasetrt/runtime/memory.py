@@ -21,6 +21,9 @@ before any process or segment exists (docs/memory-guide.md).
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,3 +229,21 @@ def _malloc_trim():
             fn = None
         _TRIM.append(fn)
     return _TRIM[0]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block (back to its previous state after).
+
+    For loops that build many long-lived, acyclic objects (a dataset opening 10^4 or more caches:
+    parsed manifests, handles): each full collection walks every object built so far, a
+    constant share of the loop's time spent finding no garbage. Nothing is lost: reference
+    counting still frees everything, and the next collection after the block sees any cycle.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
