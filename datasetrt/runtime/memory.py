@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +201,8 @@ class MemoryBound:
 
 
 def return_freed_heap() -> None:
-    """Give the C heap's free pages back to the kernel (glibc `malloc_trim(0)`; a no-op elsewhere).
+    """Give the C heap's free pages back to the kernel (glibc `malloc_trim(0)`; a no-op elsewhere),
+    and pyarrow's memory pool its unused ones when pyarrow is loaded (decoded tables live there).
 
     Building a population allocates and frees per-row numpy temporaries; glibc keeps freed heap
     pages (and raises its mmap threshold after freeing a large block, so the next large arrays
@@ -210,6 +212,9 @@ def return_freed_heap() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    arrow = sys.modules.get("pyarrow")  # never imported here: only where a table was decoded
+    if arrow is not None:
+        arrow.default_memory_pool().release_unused()  # the pool's freed pages (the physical table's)
 
 
 _TRIM: list = []

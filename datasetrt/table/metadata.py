@@ -43,6 +43,14 @@ def physical_table(
     if len(catalog):
         tables = [read_cache(k) for k in range(len(catalog))]
         stored = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        # One chunk per column (the caches' tables arrive one batch per cache), combined by
+        # pyarrow, whose pool the frame's buffers then live in: a frame filtered or extended from
+        # it stays one chunk, so `validate_update` views its identity and weight columns instead
+        # of copying them. A string column past 2 GiB of text cannot be one chunk: left as is.
+        try:
+            stored = stored.combine_chunks()
+        except pa.ArrowInvalid:
+            pass
     else:
         stored = pa.table({n: pa.array([], type=pa.null()) for n in names})
     cache_id = np.repeat(catalog.cache_ids, catalog.counts)
@@ -52,11 +60,8 @@ def physical_table(
     columns += [stored.column(n) for n in names]
     columns.append(pa.array(np.ones(catalog.total, dtype=np.float64)))
     table = pa.table(columns, names=[*IDENTITY_COLUMNS, *names, WEIGHT_COLUMN])
-    # One chunk per column (the caches' tables arrive one batch per cache): a frame filtered or
-    # extended from it stays one chunk, so `validate_update` keeps views of its identity and
-    # weight columns instead of copies. A pa.Table converts to a DataFrame; pyarrow is untyped
-    # here, so mypy cannot pick that overload.
-    return cast(pl.DataFrame, pl.from_arrow(table, rechunk=True))
+    # A pa.Table converts to a DataFrame; pyarrow is untyped here, so mypy cannot pick that overload.
+    return cast(pl.DataFrame, pl.from_arrow(table))
 
 
 def _fail(message: str) -> MetadataValidationError:

@@ -29,10 +29,10 @@ ROWS = 1_000_000
 ROW_CACHES = 10
 # Recorded bound: anonymous + shmem growth of the tree per active row beyond the user's active
 # table, at 10^6 rows (0.9 * 10^6 active), two reader workers, fixed costs (workers, ring, read
-# buffers: about 35 B per active row at this size) included. benchmarks/scale_rows.py measured
-# 60 B here (97 B before populations kept views of the user's columns and the physical table
-# was released).
-BOUND_BYTES_PER_ROW = 80
+# buffers: about 35 B per active row at this size) included. Measured 42-44 B here (66 B before
+# the physical table was decoded one chunk per column and positions narrowed to int32; 97 B
+# before populations kept views of the user's columns and the physical table was released).
+BOUND_BYTES_PER_ROW = 60
 
 
 def _write_one(base: Path, name: str, rows: int, metadata: dict) -> Path:
