@@ -289,7 +289,7 @@ class CachedDataset:
     def population_rows(
         self, population: Population | None = None, *, expand_physical: bool = False
     ) -> ActiveRows | None:
-        """`population`'s (default: the current one's) rows: cache_pos int64, sample_id uint64,
+        """`population`'s (default: the current one's) rows: cache_pos (int32 or int64), sample_id uint64,
         weights float64, in table order. The physical population is None, or with
         `expand_physical` every physical sample with weight 1.0."""
         population = self._population if population is None else population
