@@ -29,7 +29,7 @@ Algorithm (the executable statement is tests/reference/perm.py):
 """
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.stdint cimport int16_t, int64_t, uint64_t
+from libc.stdint cimport int16_t, int64_t, uint32_t, uint64_t
 
 import numpy as np
 
@@ -86,9 +86,10 @@ cdef inline uint64_t _permute(const Feistel* f, uint64_t x) noexcept nogil:
 
 
 cdef void _permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first, Py_ssize_t count,
-                    const int64_t* ends, Py_ssize_t m, int64_t* out) noexcept nogil:
+                    const int64_t* ends, const uint32_t* ends32, Py_ssize_t m, int64_t* out) noexcept nogil:
     """Positions [first, first+count) of the epoch-concatenated order of [0, total); through
-    ``ends`` (repeat counts) when ``ends`` is not NULL. The round keys change at epoch boundaries."""
+    ``ends`` or ``ends32`` (repeat counts; ``ends32`` when total < 2**32) when one is not NULL.
+    The round keys change at epoch boundaries."""
     cdef uint64_t epoch = <uint64_t>first // total
     cdef uint64_t t = <uint64_t>first % total
     cdef Feistel f
@@ -101,12 +102,17 @@ cdef void _permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first
             t = 0
             _feistel_init(&f, _epoch_key(seed, label, epoch), total)
         y = _permute(&f, t)
-        out[i] = <int64_t>y if ends == NULL else <int64_t>bisect_right(ends, m, <int64_t>y)
+        if ends != NULL:
+            out[i] = <int64_t>bisect_right(ends, m, <int64_t>y)
+        elif ends32 != NULL:
+            out[i] = <int64_t>bisect_right(ends32, m, <uint32_t>y)
+        else:
+            out[i] = <int64_t>y
         t += 1
 
 
 cdef object _run_permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t first, Py_ssize_t count,
-                          const int64_t* ends, Py_ssize_t m):
+                          const int64_t* ends, const uint32_t* ends32, Py_ssize_t m):
     """Checks the position range, allocates the int64 result and runs `_permuted` without the GIL."""
     if first < 0 or count < 0:
         raise ValueError("permuted: first and count must be >= 0")
@@ -116,7 +122,7 @@ cdef object _run_permuted(uint64_t seed, uint64_t label, uint64_t total, int64_t
     cdef int64_t[::1] out = result
     if count:
         with nogil:
-            _permuted(seed, label, total, first, count, ends, m, &out[0])
+            _permuted(seed, label, total, first, count, ends, ends32, m, &out[0])
     return result
 
 
@@ -157,18 +163,29 @@ def permuted(uint64_t seed, uint64_t label, int64_t total, int64_t first, Py_ssi
     O(1) memory besides the result, GIL released. ``total >= 1``; positions stay below 2**63."""
     if total < 1:
         raise ValueError("permuted: total must be >= 1")
-    return _run_permuted(seed, label, <uint64_t>total, first, count, NULL, 0)
+    return _run_permuted(seed, label, <uint64_t>total, first, count, NULL, NULL, 0)
 
 
-def permuted_repeats(uint64_t seed, uint64_t label, const int64_t[::1] ends, int64_t first, Py_ssize_t count):
+def permuted_repeats(uint64_t seed, uint64_t label, ends, int64_t first, Py_ssize_t count):
     """As :func:`permuted` over ``total = ends[-1]`` positions per epoch, each value mapped to the
     row whose repeat range holds it: ``ends`` are the inclusive running sums of the rows' repeat
-    counts (strictly increasing, ends[0] >= 1), so row ``i`` appears ``ends[i] - ends[i-1]`` times
-    per epoch. Returns int64 rows; O(count * log rows), GIL released."""
-    cdef Py_ssize_t m = ends.shape[0]
-    if m < 1 or ends[m - 1] < 1:
+    counts (strictly increasing, ends[0] >= 1; an int64 buffer, or a uint32 numpy array when
+    total < 2**32), so row ``i`` appears ``ends[i] - ends[i-1]`` times per epoch. Returns int64
+    rows; O(count * log rows), GIL released."""
+    cdef const int64_t[::1] wide
+    cdef const uint32_t[::1] narrow
+    cdef Py_ssize_t m
+    if getattr(ends, "dtype", None) == np.uint32:
+        narrow = ends
+        m = narrow.shape[0]
+        if m < 1 or narrow[m - 1] < 1:
+            raise ValueError("permuted_repeats: need at least one row with a repeat count >= 1")
+        return _run_permuted(seed, label, <uint64_t>narrow[m - 1], first, count, NULL, &narrow[0], m)
+    wide = ends
+    m = wide.shape[0]
+    if m < 1 or wide[m - 1] < 1:
         raise ValueError("permuted_repeats: need at least one row with a repeat count >= 1")
-    return _run_permuted(seed, label, <uint64_t>ends[m - 1], first, count, &ends[0], m)
+    return _run_permuted(seed, label, <uint64_t>wide[m - 1], first, count, &wide[0], NULL, m)
 
 
 def quota_schedule(const int64_t[::1] weights):

@@ -1,7 +1,7 @@
 # Inline helpers shared by the planning kernels (draws.pyx, perm.pyx). Logic only where both need
 # the identical code: the SplitMix64 finaliser of the seed derivations, the sorted-array search and
 # the leading-zero count.
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
 
 # A compiler builtin (count of leading zero bits; x must be non-zero): Cython and libc have none.
 cdef extern from *:
@@ -10,6 +10,7 @@ cdef extern from *:
 ctypedef fused sorted_t:
     double
     int64_t
+    uint32_t
 
 
 cdef inline uint64_t splitmix_mix(uint64_t z) noexcept nogil:

@@ -22,7 +22,8 @@ def permuted(seed: int, label: int, total: int, first: int, count: int) -> _Int6
     """Positions first .. first+count-1 of the exactly-once order of [0, total): int64."""
 
 def permuted_repeats(seed: int, label: int, ends: BufferLike, first: int, count: int) -> _Int64s:
-    """As `permuted` over ends[-1] positions per epoch, each mapped to its row (int64 `ends`: running sums)."""
+    """As `permuted` over ends[-1] positions per epoch, each mapped to its row (`ends`: running sums,
+    int64, or uint32 when ends[-1] < 2**32)."""
 
 def quota_schedule(weights: BufferLike) -> np.ndarray[Any, np.dtype[np.int16]]:
     """One period of the quota interleave of the int64 `weights`: int16 stream per step."""

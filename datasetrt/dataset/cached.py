@@ -49,7 +49,7 @@ from datasetrt.format.layout import U64_MAX
 from datasetrt.format.reader import CacheHandle, common_payload_spec
 from datasetrt.format.remote import Storage
 from datasetrt.format.results import Err, Ok
-from datasetrt.runtime.memory import default_memory_limit_bytes, return_freed_heap
+from datasetrt.runtime.memory import collector_paused, default_memory_limit_bytes, return_freed_heap
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.sampling import orders, populations
 from datasetrt.sampling.curriculum import Curriculum, CurriculumPlan, StageInfo
@@ -133,10 +133,18 @@ class CachedDataset:
         storage = Storage.of(reader_config.storage) if any(isinstance(p, str) for p in self.cache_paths) else None
         # Decoding metadata.arrow is bounded by the reader's memory limit (format/reader.py).
         limit = reader_config.memory_limit_bytes or default_memory_limit_bytes()
-        self._handles = [
-            CacheHandle.open(p, storage, external_links=reader_config.allow_external_links, memory_limit_bytes=limit)
-            for p in self.cache_paths
-        ]
+        parents: dict[str, str] = {}  # resolved parent directories, shared by this open's caches
+        with collector_paused():  # O(caches) long-lived objects, no garbage: no full collections
+            self._handles = [
+                CacheHandle.open(
+                    p,
+                    storage,
+                    external_links=reader_config.allow_external_links,
+                    memory_limit_bytes=limit,
+                    parents=parents,
+                )
+                for p in self.cache_paths
+            ]
         if reader_config.validate_cache:
             for handle in self._handles:
                 handle.validate_deep()
@@ -281,7 +289,7 @@ class CachedDataset:
     def population_rows(
         self, population: Population | None = None, *, expand_physical: bool = False
     ) -> ActiveRows | None:
-        """`population`'s (default: the current one's) rows: cache_pos int64, sample_id uint64,
+        """`population`'s (default: the current one's) rows: cache_pos (int32 or int64), sample_id uint64,
         weights float64, in table order. The physical population is None, or with
         `expand_physical` every physical sample with weight 1.0."""
         population = self._population if population is None else population
@@ -537,12 +545,15 @@ class CachedDataset:
 
         On any error the previous table stays active. Started iterators keep their snapshot.
         """
+        with self._lock:
+            # Validation needs only the catalog: the physical table is not held through it (it is
+            # decoded again if the physical population or get_metadata() needs it after a refusal).
+            self._tables.release_physical()
         active = self._tables.validated(df)
         population = self._ordered(Population(self._catalog, active, table=df), self._order)
         with self._lock:
             self._population = population
             self._active_frame = df
-            self._tables.release_physical()
             self._epoch_len = None
             self._cursor = 0
             self._draw_offset = 0

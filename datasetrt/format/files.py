@@ -50,9 +50,28 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def resolved_dir(path: str | os.PathLike[str]) -> str:
-    """The cache directory `path` with every symbolic link resolved (what `inside` means)."""
-    return os.path.realpath(path)
+def resolved_dir(path: str | os.PathLike[str], parents: dict[str, str] | None = None) -> str:
+    """The cache directory `path` with every symbolic link resolved (what `inside` means).
+
+    With `parents` (a memo shared by the caches one call opens: parent directory -> resolved
+    path), a directory that is not itself a link and whose path has no `..` component resolves
+    as its parent's resolved path (resolved once per memo) joined with its name, which is what
+    `realpath` gives for it: one lstat per cache instead of one per path component. Anything
+    else (a link, `..`, a path that cannot be stat'ed) is resolved by `realpath` in full."""
+    name = os.fspath(path)
+    if parents is not None and ".." not in name.split(os.sep):
+        full = os.path.abspath(name)
+        parent, base = os.path.split(full)
+        try:
+            plain_dir = bool(base) and stat.S_ISDIR(os.lstat(full).st_mode)
+        except OSError:
+            plain_dir = False
+        if plain_dir:
+            resolved = parents.get(parent)
+            if resolved is None:
+                resolved = parents[parent] = os.path.realpath(parent)
+            return os.path.join(resolved, base)
+    return os.path.realpath(name)
 
 
 def _within(target: str, inside: str) -> bool:
@@ -97,10 +116,17 @@ def _refuse_irregular(mode: int, path: str | os.PathLike[str]) -> None:
     raise CacheFormatError(f"cache file is {kind_of(mode)}, not a regular file: {os.fspath(path)}")
 
 
-def check_dir(path: str, inside: str | None) -> None:
-    """Cache directory `path` (shards/) is a directory, and a link to one only inside `inside`."""
+def check_dir(path: str, inside: str | None, *, missing_ok: bool = False) -> None:
+    """Cache directory `path` (shards/) is a directory, and a link to one only inside `inside`
+    (`missing_ok`: a missing one passes, for callers that name what is missing in it). One lstat
+    (plus a stat and a realpath for a link)."""
     try:
         st = os.lstat(path)
+    except OSError as exc:
+        if missing_ok and exc.errno == errno.ENOENT:
+            return
+        raise CacheIOError.from_os(exc, path) from None
+    try:
         if stat.S_ISLNK(st.st_mode):
             _link_rule(path, inside)
             st = os.stat(path)

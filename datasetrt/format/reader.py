@@ -132,6 +132,7 @@ class CacheHandle:
         *,
         external_links: bool = False,
         memory_limit_bytes: int | None = None,
+        parents: dict[str, str] | None = None,
     ) -> CacheHandle:
         """Read the manifest and check shapes (no content is read). O(shards) stat calls.
 
@@ -141,7 +142,9 @@ class CacheHandle:
         `file://` URL is its local path. `remote` reopens a mirror a process already made (a
         reader worker). `external_links=True` accepts cache files that are symbolic links out
         of the cache directory (`ReaderConfig.allow_external_links`); every file must still be
-        a regular file. `memory_limit_bytes` bounds what decoding metadata.arrow may allocate."""
+        a regular file. `memory_limit_bytes` bounds what decoding metadata.arrow may allocate.
+        `parents`: a memo of resolved parent directories shared by the caches one call opens
+        (`files.resolved_dir`)."""
         local: str | os.PathLike[str]  # the directory read here: the cache's own, or its mirror
         if remote is not None:
             local = remote.mirror_dir
@@ -157,7 +160,7 @@ class CacheHandle:
             else:
                 local = location
         root = os.fspath(local)
-        inside = None if external_links else files.resolved_dir(root)
+        inside = None if external_links else files.resolved_dir(root, parents)
         manifest, manifest_st = read_manifest_stat(root, inside=inside)
         join = os.path.join
         index_path = join(root, INDEX_NAME)
@@ -171,8 +174,8 @@ class CacheHandle:
                 f"{index_size // INDEX_ROW_BYTES} rows, manifest sample_count is {manifest.sample_count}"
             )
         shards_dir = join(root, SHARDS_DIR)
-        if manifest.shards and os.path.lexists(shards_dir):  # (a missing one: each shard's stat names it)
-            files.check_dir(shards_dir, inside)
+        if manifest.shards:  # (a missing one: each shard's stat names it)
+            files.check_dir(shards_dir, inside, missing_ok=True)
         for shard in manifest.shards:
             shard_path = join(shards_dir, shard.name)
             if remote is not None and not os.path.exists(shard_path):

@@ -41,6 +41,7 @@ points the cache at it and keeps it alive.
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Container, Sequence
 
@@ -48,9 +49,11 @@ from datasetrt._native import gather as native
 from datasetrt._native.mapped import MappedFile
 from datasetrt._native.table import CacheTable
 from datasetrt.errors import CacheFormatError, CacheIOError, DiskFullError, DiskLimitError
+from datasetrt.format.layout import SHARDS_DIR
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
+from datasetrt.runtime.protocol import CacheLayout
 from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
 
@@ -72,6 +75,43 @@ def _node_cache_tight(handles: Sequence[CacheHandle]) -> bool:
     return need > node.free_bytes() and need > node.capacity_bytes()  # walk the cache only on a small disk
 
 
+def cache_layout(handle: CacheHandle) -> CacheLayout:
+    """What a reader's table needs of an opened cache (`protocol.CacheLayout`)."""
+    shards = tuple((s.name, s.byte_len, s.uncompressed_byte_len, s.algo) for s in handle.manifest.shards)
+    return handle.sample_count, shards
+
+
+class LazyHandles:
+    """A reader worker's caches (local ones), each opened when a read first needs it rather than
+    all before the first task: `dirs` in catalog order, with the identity and layout each had
+    when the parent opened it. Opening checks every file again (`CacheHandle.open`; the parent
+    applied the symbolic-link rule, which its reader config may relax); a cache that is no
+    longer the one the parent opened (identity), or whose shards differ from its layout, is
+    refused (CacheFormatError naming it) at that first use, before any of it is read."""
+
+    def __init__(
+        self, dirs: Sequence[str], identities: Sequence[Sequence[int]], layouts: Sequence[CacheLayout]
+    ) -> None:
+        self.dirs, self.identities, self.layouts = tuple(dirs), tuple(identities), tuple(layouts)
+        self._open: list[CacheHandle | None] = [None] * len(self.dirs)
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    def __getitem__(self, k: int) -> CacheHandle:
+        handle = self._open[k]
+        if handle is None:
+            handle = CacheHandle.open(self.dirs[k], external_links=True)
+            if handle.identity != tuple(self.identities[k]) or cache_layout(handle) != tuple(self.layouts[k]):
+                raise CacheFormatError(f"cache changed on disk since it was opened: {handle.path}")
+            self._open[k] = handle
+        return handle
+
+    def opened(self) -> int:
+        """How many caches were opened so far."""
+        return sum(h is not None for h in self._open)
+
+
 class Gatherer:
     """Reads records of the given caches in the calling process into caller-provided buffers.
 
@@ -85,35 +125,45 @@ class Gatherer:
 
     def __init__(
         self,
-        handles: Sequence[CacheHandle],
+        handles: Sequence[CacheHandle] | LazyHandles,
         *,
         verify_records: bool = True,
         budget: DescriptorBudget | None = None,
         map_shards: bool = False,
     ) -> None:
-        self.handles = list(handles)
         self.verify_records = verify_records
         self.map_shards = map_shards
         self.mapped_shards = 0  # shards read from their mapping (`_map_shards`)
         self.budget = budget if budget is not None else BUDGET
-        shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
-        remote = [h.remote is not None for h in self.handles]
+        self.handles: Sequence[CacheHandle] | LazyHandles
+        if isinstance(handles, LazyHandles):  # local caches, opened at first use
+            self.handles = handles
+            labels, layouts = list(handles.dirs), list(handles.layouts)
+            shard_paths = [
+                [os.path.join(d, SHARDS_DIR, s[0]) for s in shards] for d, (_n, shards) in zip(labels, layouts)
+            ]
+            remote = [False] * len(labels)
+        else:
+            self.handles = list(handles)
+            labels, layouts = [str(h.path) for h in self.handles], [cache_layout(h) for h in self.handles]
+            shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
+            remote = [h.remote is not None for h in self.handles]
         self._remote = remote if any(remote) else None
         # Remote caches the node cache cannot hold whole: their shard files get evicted while the
         # read goes on, so this reader holds (open and pinned in the node cache) only the shards of
         # the block it gathers, and none between gathers.
-        self._tight = self._remote is not None and _node_cache_tight(self.handles)
+        self._tight = self._remote is not None and _node_cache_tight(self.handles)  # type: ignore[arg-type]
         self._held: dict[tuple[int, int], None] = {}  # (cache, shard) pinned by this reader
         self.shards = self.budget.register(ShardDescriptors(shard_paths, remote, open_present=not self._tight))
         self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
-        shards = [s for h in self.handles for s in h.manifest.shards]
+        shards = [s for _n, of_cache in layouts for s in of_cache]
         self.table = CacheTable(
-            labels=[str(h.path) for h in self.handles],
-            index_rows=[h.sample_count for h in self.handles],
+            labels=labels,
+            index_rows=[n for n, _shards in layouts],
             shard_count=self.shards.count,
-            shard_len=[s.byte_len for s in shards],
-            shard_ulen=[s.uncompressed_byte_len for s in shards],
-            shard_codec=[CODEC_IDS[s.algo] for s in shards],
+            shard_len=[s[1] for s in shards],
+            shard_ulen=[s[2] for s in shards],
+            shard_codec=[CODEC_IDS[s[3]] for s in shards],
             shard_names=[p for paths in shard_paths for p in paths],
             shard_fd=self.shards.fds,
         )

@@ -60,6 +60,11 @@ if TYPE_CHECKING:
 HEAVY_MODULES = ("numpy", "polars", "pyarrow", "torch", "pandas")
 
 
+# A cache as a reader's table needs it before the cache is opened: (sample_count, per shard
+# (file name, byte_len, uncompressed_byte_len, codec name)), from the manifest the parent read.
+CacheLayout = tuple[int, tuple[tuple[str, int, int, str], ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class CacheSet:
     """The caches a run reads, as a worker opens them: directories in catalog order, each one's
@@ -71,6 +76,9 @@ class CacheSet:
     identities: tuple[tuple[int, ...], ...]
     verify_records: bool
     remotes: tuple[RemoteCache | None, ...] = ()  # per cache: its remote origin (format/remote.py), or None
+    # Per cache, what a reader builds its table from (`CacheLayout`), so that a worker opens each
+    # cache only when a read first needs it; empty (remote caches): it opens every cache first.
+    layouts: tuple[CacheLayout, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from datasetrt import errors
 from datasetrt.format.reader import CacheHandle
+from datasetrt.runtime.gatherer import cache_layout
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import MemoryBound
 from datasetrt.runtime.pool import PoolRun, WorkerPool
@@ -50,6 +51,7 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
     """The caches as workers open them. Its key covers the paths and each cache's identity as
     opened (manifest and index device, inode, mtime), so a cache rewritten at the same path is
     never served from a worker's stale reader."""
+    remotes = tuple(handle.remote for handle in handles) if any(h.remote is not None for h in handles) else ()
     h = hashlib.sha256(f"{verify_records}".encode())
     for handle in handles:
         h.update(b"\0" + str(handle.path.absolute()).encode() + repr(handle.identity).encode())
@@ -58,7 +60,8 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
         tuple(str(handle.path.absolute()) for handle in handles),
         tuple(handle.identity for handle in handles),
         verify_records,
-        tuple(handle.remote for handle in handles) if any(h.remote is not None for h in handles) else (),
+        remotes,
+        () if remotes else tuple(cache_layout(handle) for handle in handles),
     )
 
 

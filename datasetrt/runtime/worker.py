@@ -31,7 +31,7 @@ from collections import OrderedDict
 
 from datasetrt.errors import CacheFormatError, CacheIOError, StorageError
 from datasetrt.format.reader import CacheHandle
-from datasetrt.runtime.gatherer import Gatherer
+from datasetrt.runtime.gatherer import Gatherer, LazyHandles
 from datasetrt.runtime.protocol import (
     HEAVY_MODULES,
     CloseRun,
@@ -190,6 +190,9 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
             try:
                 caches = msg.caches
                 reader = readers.pop(caches.key, None)
+                if reader is None and caches.layouts:  # local caches: each opened at its first read
+                    lazy = LazyHandles(caches.cache_dirs, caches.identities, caches.layouts)
+                    reader = Gatherer(lazy, verify_records=caches.verify_records)
                 if reader is None:
                     remotes = caches.remotes or (None,) * len(caches.cache_dirs)
                     # The parent applied the symbolic-link rule when it opened them (its reader

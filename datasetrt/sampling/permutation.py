@@ -8,8 +8,8 @@ epoch) is the sum of the repeat counts (the row count when every count is 1). Ev
 of T positions holds row i exactly `count[i]` times, in an order keyed by
 `permutation_key(seed, label, epoch)` (docs/determinism.md): different per epoch, never
 `seed + epoch`. Memory: O(1) with unit counts whatever the row count; with repeat counts, the
-int64 running sums of the counts, O(rows) — the size of the table, like the weighted sampler's
-cumulative sums — never O(T) nor O(rows x repeats).
+running sums of the counts (uint32 when T < 2**32, else int64), O(rows) — the size of the table,
+like the weighted sampler's cumulative sums — never O(T) nor O(rows x repeats).
 """
 
 from __future__ import annotations
@@ -65,12 +65,13 @@ def repeat_counts(weights: np.ndarray, identify: Callable[[int], str] | None = N
 
 
 class EpochPermutation:
-    """Exactly-once order over `rows` population rows with optional int64 repeat `counts`.
+    """Exactly-once order over `rows` population rows with optional integer repeat `counts`.
 
     `rows(first, count)` returns the int64 population rows of plan positions [first, first+count)
     in O(count) (O(count log rows) with repeat counts), random access, no state: position k of
     epoch e is `rows(e * positions_per_epoch + k, 1)`. Immutable; cheap to pickle (the running
-    sums are its only array).
+    sums `ends` are its only array: uint32 when an epoch has fewer than 2**32 positions, else
+    int64; the order is the same either way).
     """
 
     __slots__ = ("seed", "label", "row_count", "ends", "positions_per_epoch")
@@ -86,7 +87,8 @@ class EpochPermutation:
             counts = np.asarray(counts, dtype=np.int64)
             if counts.shape != (rows,) or (counts < 1).any():
                 raise SamplingConfigError("repeat counts must be one integer >= 1 per row")
-            self.ends = np.cumsum(counts)
+            total = int(counts.sum())  # exact (int64) below 2**63; checked against 2**62 below
+            self.ends = np.cumsum(counts, dtype=np.uint32 if 0 < total < 1 << 32 else np.int64)
             self.positions_per_epoch = int(self.ends[-1])
         if self.positions_per_epoch > MAX_POSITIONS_PER_EPOCH:
             raise SamplingConfigError(f"{self.positions_per_epoch} positions per epoch is past 2**62")

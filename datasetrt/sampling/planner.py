@@ -34,8 +34,10 @@ if TYPE_CHECKING:  # annotations only: planning imports no stream-order code
 class ActiveRows:
     """The validated active population.
 
-    `cache_pos` (int64, positions in the catalog), `sample_id` (uint64) and `weights` (float64,
-    positive, finite) have one entry per active row, duplicates included, in table order.
+    `cache_pos` (positions in the catalog: int32 from `update_metadata` while the catalog has
+    fewer than 2**31 caches, int64 otherwise; any integer dtype is accepted), `sample_id`
+    (uint64) and `weights` (float64, positive, finite) have one entry per active row, duplicates
+    included, in table order.
     `weights` may be None where only the precomputed cumulative sums travel (a population
     rebuilt by `Population.from_columns` from columns without weights).
     Lives here, not in table/, so that planning never imports Polars.
@@ -109,10 +111,11 @@ class Population:
         return self.active is not None
 
     def resolve(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Population rows -> (cache position int64, sample_id uint64)."""
+        """Population rows -> (cache position int64, sample_id uint64), whatever dtype the
+        active rows keep their positions in."""
         if self.active is None:
             return self.catalog.locate(rows)
-        return self.active.cache_pos[rows], self.active.sample_id[rows]
+        return self.active.cache_pos[rows].astype(np.int64, copy=False), self.active.sample_id[rows]
 
     def cumulative(self) -> tuple[np.ndarray, float]:
         """(cum, scale) of the weights for weighted draws; computed once per population."""
@@ -133,7 +136,7 @@ class Population:
 
     def columns(self) -> tuple[dict[str, np.ndarray], dict[str, float]] | None:
         """What rebuilds this population in another process (`from_columns`): columns of one
-        entry per row — cache_pos int64, sample_id uint64, cum float64 (the weighted sampler's
+        entry per row — cache_pos (the active rows' dtype), sample_id uint64, cum float64 (the weighted sampler's
         running sums, computed here once; the last entry is padding) — and the sampler's scale.
         None for the physical population (rebuilt from the catalog alone). `from_columns` also
         takes an optional weights float64 column (added by the dataset when its order needs the

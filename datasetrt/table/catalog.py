@@ -10,6 +10,8 @@ import numpy as np
 
 from datasetrt.errors import CacheFormatError
 
+LOOKUP_BLOCK = 1 << 20  # rows per block of `lookup`: its temporaries are O(block), not O(rows)
+
 
 class CacheCatalog:
     """Invariants: `cache_ids` unique (uint64), `counts` >= 0 (int64), `offsets[k]` = first global
@@ -49,6 +51,33 @@ class CacheCatalog:
         np.take(self._order, where, out=where)
         where[~found] = -1
         return where
+
+    @property
+    def position_dtype(self) -> np.dtype:
+        """dtype of the positions an active population keeps (`lookup`): int32 while every
+        position fits (fewer than 2**31 caches), else int64."""
+        return np.dtype(np.int32) if len(self.cache_ids) < 1 << 31 else np.dtype(np.int64)
+
+    def lookup(self, cache_ids: np.ndarray, sample_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(positions, first unknown row) of the rows (cache_ids[i], sample_ids[i]) (uint64
+        arrays of one length): positions as `position_dtype`, and the first row whose cache_id
+        is not in the catalog or whose sample_id is past its cache's count (-1: every row is
+        known; the positions from that row on are then unset). Blockwise: besides the result,
+        O(LOOKUP_BLOCK) temporaries whatever the row count."""
+        n = len(cache_ids)
+        out = np.empty(n, dtype=self.position_dtype)
+        counts = self.counts.astype(np.uint64)
+        for lo in range(0, n, LOOKUP_BLOCK):
+            hi = min(n, lo + LOOKUP_BLOCK)
+            pos = self.positions(cache_ids[lo:hi])
+            known = pos >= 0
+            if len(counts):  # an unknown cache (-1) gathers the last cache's count, masked out above
+                known &= np.asarray(sample_ids[lo:hi]) < np.take(counts, pos, mode="wrap")
+            bad = np.flatnonzero(~known)
+            if bad.size:
+                return out, lo + int(bad[0])
+            out[lo:hi] = pos
+        return out, -1
 
     def position(self, cache_id: int) -> int:
         """Position of one id, or -1."""

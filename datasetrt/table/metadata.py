@@ -43,6 +43,14 @@ def physical_table(
     if len(catalog):
         tables = [read_cache(k) for k in range(len(catalog))]
         stored = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        # One chunk per column (the caches' tables arrive one batch per cache), combined by
+        # pyarrow, whose pool the frame's buffers then live in: a frame filtered or extended from
+        # it stays one chunk, so `validate_update` views its identity and weight columns instead
+        # of copying them. A string column past 2 GiB of text cannot be one chunk: left as is.
+        try:
+            stored = stored.combine_chunks()
+        except pa.ArrowInvalid:
+            pass
     else:
         stored = pa.table({n: pa.array([], type=pa.null()) for n in names})
     cache_id = np.repeat(catalog.cache_ids, catalog.counts)
@@ -137,16 +145,12 @@ def validate_update(df: pl.DataFrame, catalog: CacheCatalog, schema: Sequence[tu
     valid_rows = df.height if first is None else first[0]
     cache_ids = df.get_column(IDENTITY_COLUMNS[0]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
     sample_ids = df.get_column(IDENTITY_COLUMNS[1]).slice(0, valid_rows).to_numpy().astype(np.uint64, copy=False)
-    pos = catalog.positions(cache_ids)
-    # One gather and two masks (no per-row int64 temporaries beyond the gather): an unknown
-    # cache (-1) gathers the last cache's count and is masked out after.
-    known = sample_ids < np.take(catalog.counts.astype(np.uint64), pos, mode="wrap") if len(catalog) else pos >= 0
-    known &= pos >= 0
-    unknown = np.flatnonzero(~known)
-    if unknown.size:
-        i = int(unknown[0])
+    # Blockwise (O(block) temporaries besides the narrow positions it returns).
+    pos, unknown = catalog.lookup(cache_ids, sample_ids)
+    if unknown >= 0:
         raise _fail(
-            f"unknown samples metadata row identity cache_id={int(cache_ids[i])} sample_id={int(sample_ids[i])}"
+            f"unknown samples metadata row identity cache_id={int(cache_ids[unknown])} "
+            f"sample_id={int(sample_ids[unknown])}"
         )
     if first is not None:
         raise _fail(first[3])

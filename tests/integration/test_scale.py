@@ -29,10 +29,10 @@ ROWS = 1_000_000
 ROW_CACHES = 10
 # Recorded bound: anonymous + shmem growth of the tree per active row beyond the user's active
 # table, at 10^6 rows (0.9 * 10^6 active), two reader workers, fixed costs (workers, ring, read
-# buffers: about 35 B per active row at this size) included. benchmarks/scale_rows.py measured
-# 60 B here (97 B before populations kept views of the user's columns and the physical table
-# was released).
-BOUND_BYTES_PER_ROW = 80
+# buffers: about 35 B per active row at this size) included. Measured 42-44 B here (66 B before
+# the physical table was decoded one chunk per column and positions narrowed to int32; 97 B
+# before populations kept views of the user's columns and the physical table was released).
+BOUND_BYTES_PER_ROW = 60
 
 
 def _write_one(base: Path, name: str, rows: int, metadata: dict) -> Path:
@@ -172,3 +172,20 @@ def test_planning_a_run_over_many_caches_keeps_no_index_mapped(many_caches):
     assert _mappings() - before < 30
     handles[0].index_array()  # a read maps its cache and keeps it
     assert _mappings() - before >= 1
+
+
+def test_the_physical_table_is_one_chunk_and_the_active_rows_view_a_frame_filtered_from_it(tmp_path):
+    paths = [_write_one(tmp_path / f"c{i}", f"c{i}", 50, {"group": np.arange(50) % 10}) for i in range(3)]
+    ds = drt.CachedDataset(paths, reader_config=drt.ReaderConfig(seed=1, shuffle=True), runtime=None)
+    physical = ds.get_metadata()
+    assert all(physical.get_column(c).n_chunks() == 1 for c in physical.columns)
+    import polars as pl
+
+    df = physical.filter(pl.col("group") != 0).with_columns(weight=(pl.col("sample_id") % 3 + 1).cast(pl.Float64))
+    ds.update_metadata(df)
+    rows = ds.population_rows()
+    assert rows is not None and rows.weights is not None
+    assert rows.cache_pos.dtype == np.int32
+    for mine, column in ((rows.sample_id, "sample_id"), (rows.weights, "weight")):
+        assert np.shares_memory(mine, df.get_column(column).to_numpy()), column  # a view, not a copy
+    ds.close()

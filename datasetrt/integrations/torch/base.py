@@ -38,13 +38,22 @@ def _digest(*arrays: np.ndarray) -> str:
     return h.hexdigest()
 
 
+DIGEST_BLOCK = 1 << 20  # positions widened to int64 per block of the rows digest
+
+
 def _rows_digest(cache_pos: np.ndarray, sample_id: np.ndarray, weights: np.ndarray | None) -> str:
-    """Identity of active rows (`DatasetSeam.population_rows`): positions, ids and weights. A
-    dataset's own populations always keep their weights; only a spawned worker's rebuilt one may
-    lack them."""
+    """Identity of active rows (`DatasetSeam.population_rows`): positions, ids and weights. The
+    positions are hashed as int64 whatever dtype the rows keep them in (blockwise: no per-row
+    copy), so a state's digest does not depend on it. A dataset's own populations always keep
+    their weights; only a spawned worker's rebuilt one may lack them."""
     if weights is None:  # pragma: no cover - see above
         raise CacheFormatError("the dataset's active rows carry no weights")
-    return _digest(cache_pos, sample_id, weights)
+    h = hashlib.blake2b(digest_size=16)
+    for lo in range(0, len(cache_pos), DIGEST_BLOCK):
+        h.update(np.ascontiguousarray(cache_pos[lo : lo + DIGEST_BLOCK], dtype=np.int64).view(np.uint8))  # type: ignore[arg-type]
+    for arr in (sample_id, weights):
+        h.update(np.ascontiguousarray(arr).view(np.uint8))  # type: ignore[arg-type]
+    return h.hexdigest()
 
 
 def _caches_digest(ds: DatasetSeam) -> str:

@@ -109,3 +109,38 @@ def test_kind_of_names_each_kind():
     kinds |= {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFLNK: "a symbolic link"}
     for mode, words in kinds.items():
         assert files.kind_of(mode) == words
+
+
+def test_resolved_dir_with_a_memo_equals_realpath(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    (real / "a").mkdir(parents=True)
+    (real / "b").mkdir()
+    os.symlink(real, tmp_path / "via")  # a parent that is a link
+    os.symlink(real / "a", tmp_path / "link_a")  # a cache directory that is itself a link
+    monkeypatch.chdir(tmp_path)
+    memo: dict[str, str] = {}
+    paths = [
+        tmp_path / "via" / "a",
+        tmp_path / "via" / "b",
+        "via/a",
+        "via/./b/",
+        tmp_path / "link_a",
+        tmp_path / "via" / "a" / ".." / "b",
+        tmp_path / "missing",
+    ]
+    for path in paths:
+        assert files.resolved_dir(path, memo) == os.path.realpath(path), path
+    assert memo == {str(tmp_path / "via"): str(real)}  # one parent resolved, once
+
+
+def test_check_dir_missing_ok_passes_only_a_missing_entry(tmp_path):
+    files.check_dir(str(tmp_path / "shards"), str(tmp_path), missing_ok=True)
+    with pytest.raises(CacheIOError) as info:
+        files.check_dir(str(tmp_path / "shards"), str(tmp_path))
+    assert info.value.errno == errno.ENOENT
+    os.symlink(tmp_path / "gone", tmp_path / "dangling")  # a link is judged, even when it dangles
+    with pytest.raises(CacheIOError):
+        files.check_dir(str(tmp_path / "dangling"), str(tmp_path), missing_ok=True)
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(CacheFormatError, match="not a directory"):
+        files.check_dir(str(tmp_path / "file"), str(tmp_path), missing_ok=True)

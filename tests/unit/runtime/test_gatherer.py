@@ -239,4 +239,29 @@ def test_a_shard_shorter_than_its_manifest_is_not_mapped(tmp_path):
     with pytest.raises(CacheIOError, match=re.escape(str(shard))):
         _batch(reader, cache_pos, sample_id, 40_000)
     assert reader.mapped_shards == len(handles[0].manifest.shards) - 1
+
+
+def test_lazy_handles_open_only_the_caches_a_read_needs_and_refuse_a_changed_one(tmp_path):
+    import os
+
+    from datasetrt.runtime.gatherer import Gatherer, LazyHandles, cache_layout
+
+    paths = [_write(tmp_path / f"c{i}", f"c{i}", sample_items(4 + i)) for i in range(3)]
+    opened = [CacheHandle.open(p) for p in paths]
+    dirs = [str(h.path.absolute()) for h in opened]
+    identities, layouts = [h.identity for h in opened], [cache_layout(h) for h in opened]
+    eager = _records(_reader(*paths), *_rows([3, 0], cache=2))
+
+    lazy = LazyHandles(dirs, identities, layouts)
+    reader = LocalReader(lazy)  # type: ignore[arg-type]  # a reader worker's Gatherer, in-process here
+    assert isinstance(reader, Gatherer) and lazy.opened() == 0  # building the reader's table opened nothing
+    assert _records(reader, *_rows([3, 0], cache=2)) == eager
+    assert lazy.opened() == 1 and lazy[2].identity == identities[2]
+
+    stale = LazyHandles(dirs, identities, [layouts[1], layouts[0], layouts[2]])
+    with pytest.raises(CacheFormatError, match=re.escape(f"cache changed on disk since it was opened: {dirs[0]}")):
+        stale[0]  # the first use opens and checks
+    os.utime(os.path.join(dirs[0], "manifest.json"), ns=(1, 1))  # another identity than the parent's
+    with pytest.raises(CacheFormatError, match="cache changed on disk since it was opened"):
+        LazyHandles(dirs, identities, layouts)[0]
     reader.close()

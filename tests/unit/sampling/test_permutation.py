@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from datasetrt._native import perm
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -184,8 +185,9 @@ def test_planning_a_block_at_1e8_rows_allocates_no_order_array():
 
 
 def test_repeat_counts_cost_one_running_sum_per_row_not_per_repeat():
-    """With repeat counts the only array is the int64 running sums: O(distinct rows), like the
-    weighted sampler's cumulative sums, whatever the repeats."""
+    """With repeat counts the only array is the running sums: O(distinct rows), like the
+    weighted sampler's cumulative sums, whatever the repeats (uint32: 10^9 positions per epoch
+    fit)."""
     counts = np.full(1000, 10**6, dtype=np.int64)  # 10^9 positions per epoch
     tracemalloc.start()
     try:
@@ -194,5 +196,22 @@ def test_repeat_counts_cost_one_running_sum_per_row_not_per_repeat():
         _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert order.ends.nbytes == 8000 and peak < 128 * 1024
+    assert order.ends.nbytes == 4000 and peak < 128 * 1024
     assert block.max() < 1000
+
+
+def test_running_sums_narrow_to_uint32_below_2_32_positions_and_give_the_same_order():
+    narrow = EpochPermutation(7, 3, np.array([2**32 - 3, 1, 1], dtype=np.int64))  # 2**32 - 1 positions
+    wide = EpochPermutation(7, 3, np.array([2**32 - 2, 1, 1], dtype=np.int64))  # 2**32: int64
+    assert narrow.ends.dtype == np.uint32 and wide.ends.dtype == np.int64
+    assert narrow.positions_per_epoch == 2**32 - 1 and wide.positions_per_epoch == 2**32
+    counts = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int64)
+    order = EpochPermutation(11, len(counts), counts)
+    assert order.ends.dtype == np.uint32
+    ends64 = np.cumsum(counts)
+    for first in (0, 5, 31 * 3 + 2):
+        assert np.array_equal(order.rows(first, 64), perm.permuted_repeats(11, DATASET_LABEL, ends64, first, 64))
+    # Across the end of an epoch whose values reach the top of the uint32 range.
+    ends64 = narrow.ends.astype(np.int64)
+    first = 2**32 - 2000
+    assert np.array_equal(narrow.rows(first, 4000), perm.permuted_repeats(7, DATASET_LABEL, ends64, first, 4000))

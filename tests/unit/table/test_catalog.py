@@ -82,3 +82,22 @@ def test_duplicates_detected_iff_present(ids):
             CacheCatalog(ids, [0] * len(ids), labels)
     else:
         assert len(CacheCatalog(ids, [0] * len(ids), labels)) == len(ids)
+
+
+@pytest.mark.parametrize("block", [2, 3, 1 << 20])
+def test_lookup_gives_narrow_positions_and_the_first_unknown_row_across_blocks(monkeypatch, block):
+    from datasetrt.table import catalog as module
+
+    monkeypatch.setattr(module, "LOOKUP_BLOCK", block)
+    cat = CacheCatalog([9, 4, 7], [3, 0, 5], ["a", "b", "c"])
+    ids = np.array([7, 9, 9, 7, 7], dtype=np.uint64)
+    sids = np.array([4, 0, 2, 0, 1], dtype=np.uint64)
+    pos, unknown = cat.lookup(ids, sids)
+    assert pos.dtype == np.int32 and unknown == -1
+    assert pos.tolist() == cat.positions(ids).tolist() == [2, 0, 0, 2, 2]
+    for row, (cid, sid) in {3: (5, 0), 4: (7, 5), 2: (4, 0)}.items():  # unknown cache, past the count, empty cache
+        bad_ids, bad_sids = ids.copy(), sids.copy()
+        bad_ids[row], bad_sids[row] = cid, sid
+        bad_ids[-1] = 5 if row < 4 else bad_ids[-1]  # a later unknown row never hides the first
+        assert cat.lookup(bad_ids, bad_sids)[1] == row
+    assert CacheCatalog([], [], []).lookup(ids[:2], sids[:2])[1] == 0
