@@ -297,7 +297,7 @@ class RingRun(ABC, Generic[ItemT]):
             plan = ring.arrays(slot, count)
             cache_pos, sample_id = plan["cache_pos"], plan["sample_id"]
             for k in np.unique(cache_pos).tolist():
-                index = np.frombuffer(handles[k].index_map(), dtype="<u8").reshape(-1, 3)
+                index = np.frombuffer(memoryview(handles[k].index_map()), dtype="<u8").reshape(-1, 3)
                 sids = sample_id[cache_pos == k]
                 ids = np.unique(index[sids[sids < len(index)].astype(np.int64), 0])
                 for j in ids[ids < len(handles[k].manifest.shards)].tolist():

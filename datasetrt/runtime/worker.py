@@ -192,7 +192,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                 reader = readers.pop(caches.key, None)
                 if reader is None and caches.layouts:  # local caches: each opened at its first read
                     lazy = LazyHandles(caches.cache_dirs, caches.identities, caches.layouts)
-                    reader = Gatherer(lazy, verify_records=caches.verify_records)
+                    reader = Gatherer(lazy, verify_records=caches.verify_records, map_shards=True)
                 if reader is None:
                     remotes = caches.remotes or (None,) * len(caches.cache_dirs)
                     # The parent applied the symbolic-link rule when it opened them (its reader
