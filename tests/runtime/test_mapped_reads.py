@@ -144,7 +144,8 @@ def test_shard_truncated_under_a_worker_is_a_typed_error_naming_it(tokens, tmp_p
         _same(got, expected)
         assert len(got) < len(expected)
         message = str(info.value)
-        assert f"signal {int(signal.SIGBUS)}" in message, message
+        # SIGBUS past the truncated file's end; a copy racing the truncation can also fault as SIGSEGV
+        assert any(f"signal {int(sig)}" in message for sig in (signal.SIGBUS, signal.SIGSEGV)), message
         assert str(shard) in message and "is now 4096 bytes" in message, message
         assert info.value.shards[0] == str(shard)
     finally:
