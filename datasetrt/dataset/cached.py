@@ -14,7 +14,8 @@ is built by `_window`, the one place that asks `sampling.orders` for an order.
 
 Size: over 500 lines because it is the public API surface of dataset-rt's `CachedDataset` (each
 public method with its docstring and argument checks); the work behind them lives in `reads.py`,
-`tables.py`, `stages.py`, `remote.py`, `packing.py` and `sampling/`.
+`tables.py`, `stages.py`, `remote.py`, `packing.py`, `torch_methods.py` (the `to_torch_*` methods) and
+`sampling/`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from datasetrt.dataset.reads import DatasetReads, ReadRuntime
 from datasetrt.dataset.seam import CacheIdentity, CursorState
 from datasetrt.dataset.stages import StageReads, curriculum_plan, stage_of
 from datasetrt.dataset.tables import DatasetTables
+from datasetrt.dataset.torch_methods import TorchConversions
 from datasetrt.errors import (
     ArgumentOverflowError,
     ArgumentTypeError,
@@ -66,11 +68,6 @@ if TYPE_CHECKING:
     import polars as pl
 
     from datasetrt.dataset.packing import PackedBatches
-    from datasetrt.integrations.torch.batches import DatasetRTBatchLoader
-    from datasetrt.integrations.torch.iterable import CachedIterableDataset
-    from datasetrt.integrations.torch.loader import DatasetRTDataLoader
-    from datasetrt.integrations.torch.mapped import CachedMapDataset
-    from datasetrt.integrations.torch.packed import DatasetRTPackedLoader
 
 
 def _check_seed(seed: Any) -> int:
@@ -114,7 +111,7 @@ def _check_paths(paths: Any) -> list[Path | str]:
     return out
 
 
-class CachedDataset:
+class CachedDataset(TorchConversions):
     """A deterministic view over one or more caches.
 
     Opening reads manifests and stats files only (validate_cache=True adds the deep checks). The
@@ -721,206 +718,6 @@ class CachedDataset:
         return f"CachedDataset(caches={len(self._handles)}, rows={len(self._population)}, len={len(self)})"
 
     # -- PyTorch (datasetrt/integrations/torch/, imported here lazily: the core never imports torch)
-
-    # The signatures below repeat integrations/torch's (tests/interop/test_signatures.py
-    # checks they stay equal), so help() and IDEs show the arguments without importing torch.
-
-    def to_torch_iterable_dataset(self) -> CachedIterableDataset:
-        """A sized `torch.utils.data.IterableDataset` over this dataset (docs/pytorch.md)."""
-        from datasetrt.integrations.torch import to_torch_iterable_dataset
-
-        return to_torch_iterable_dataset(self)
-
-    def to_torch_map_dataset(self, sample_transform_fn: Callable | None = None) -> CachedMapDataset:
-        """A map-style `torch.utils.data.Dataset` over the active table's rows as they are now
-        (`dataset[i]` is `self[i]` through `sample_transform_fn`; `len()` the row count), for a
-        DataLoader with your own sampler or batch sampler; reads in the process that indexes it
-        (each DataLoader worker, fork or spawn) and batches of indexes at once (`__getitems__`)
-        (docs/pytorch.md)."""
-        from datasetrt.integrations.torch import to_torch_map_dataset
-
-        return to_torch_map_dataset(self, sample_transform_fn)
-
-    def to_torch_dataloader(
-        self,
-        *,
-        shuffle: bool = True,
-        seed: int | str = "random",
-        samples_per_epoch: int | None = None,
-        worker_partition: str | None = None,
-        work_dir: Any = None,
-        batch_size: int = 1,
-        num_workers: int | str = "auto",
-        sample_transform_fn: Callable | None = None,
-        collate_fn: Callable | None = None,
-        drop_last: bool = False,
-        pin_memory: bool = False,
-        timeout: float = 0,
-        native_num_workers: int | str = "auto",
-        multiprocessing_context: Any = "spawn",
-        worker_init_fn: Callable | None = None,
-        prefetch_factor: int | str = "auto",
-        persistent_workers: bool | str = "auto",
-        verbose: bool = True,
-        dataloader_kwargs: Mapping | None = None,
-    ) -> DatasetRTDataLoader:
-        """A `torch.utils.data.DataLoader` (a `DatasetRTDataLoader`) with dataset-rt 0.4.8's
-        keyword-only arguments, defaults and checks: `batch_size` samples per batch from this
-        dataset's plan (`shuffle`, `seed`: "random" or a u64; `samples_per_epoch`: samples per pass,
-        default `len(self)`), read by `num_workers` torch workers ("auto": from the CPUs) started
-        with `multiprocessing_context` ("spawn"; "inherit", a start method or a context), each
-        applying `sample_transform_fn` per sample; `collate_fn`, `drop_last`, `pin_memory`,
-        `timeout`, `worker_init_fn`, `prefetch_factor`, `persistent_workers` and
-        `dataloader_kwargs` go to torch; exact resume with `state_dict()` / `load_state_dict()`.
-        `worker_partition`, `work_dir`, `native_num_workers` and `verbose` are dataset-rt's
-        (docs/pytorch.md)."""
-        from datasetrt.integrations.torch import to_torch_dataloader
-
-        return to_torch_dataloader(
-            self,
-            shuffle=shuffle,
-            seed=seed,
-            samples_per_epoch=samples_per_epoch,
-            worker_partition=worker_partition,
-            work_dir=work_dir,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            sample_transform_fn=sample_transform_fn,
-            collate_fn=collate_fn,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            timeout=timeout,
-            native_num_workers=native_num_workers,
-            multiprocessing_context=multiprocessing_context,
-            worker_init_fn=worker_init_fn,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            verbose=verbose,
-            dataloader_kwargs=dataloader_kwargs,
-        )
-
-    def to_torch_batches(
-        self,
-        batch_size: int,
-        *,
-        shuffle: bool | None = None,
-        seed: int | str = "random",
-        samples_per_epoch: int | None = None,
-        columns: Sequence[str] = (),
-        length: int | None = None,
-        pad: Any = 0,
-        batch_transform: Callable | None = None,
-        num_workers: int | str = "auto",
-        drop_last: bool = False,
-        pin_memory: bool = False,
-        timeout: float = 0,
-        multiprocessing_context: Any = "spawn",
-        worker_init_fn: Callable | None = None,
-        prefetch_factor: int | str = "auto",
-        persistent_workers: bool | str = "auto",
-        work_dir: Any = None,
-        pack: int | None = None,
-        pack_mode: str = "split",
-        overlong: str = "split",
-    ) -> DatasetRTBatchLoader | DatasetRTPackedLoader:
-        """A `torch.utils.data.DataLoader` of whole typed batches of `batch_size` samples (dicts of
-        tensors: "payload", or "values"/"offsets"/"shapes" when ragged, "cache_id", "sample_id" and
-        the metadata `columns`) whose workers gather each batch straight into shared-memory
-        tensors. `length` / `pad` project a ragged payload to `length` steps; `batch_transform`
-        runs on each batch in the worker; `shuffle` defaults to this dataset's
-        `ReaderConfig.shuffle`; the other arguments are `to_torch_dataloader`'s, and the same
-        arguments give the same samples in the same batches (docs/pytorch.md). `pack=row_len`:
-        batches of `batch_size` packed rows of the dataset's window instead (`iter_packed`'s
-        `pack_mode`, `overlong`, `pad`, `drop_last`; docs/packing.md)."""
-        if pack is not None:
-            return self._to_torch_packed(
-                batch_size,
-                pack,
-                pack_mode,
-                overlong,
-                pad,
-                drop_last,
-                num_workers,
-                multiprocessing_context,
-                pin_memory=pin_memory,
-                timeout=timeout,
-                worker_init_fn=worker_init_fn,
-                prefetch_factor=prefetch_factor,
-                unsupported={
-                    "shuffle": shuffle is not None,
-                    "seed": seed != "random",
-                    "samples_per_epoch": samples_per_epoch is not None,
-                    "columns": bool(columns),
-                    "length": length is not None,
-                    "batch_transform": batch_transform is not None,
-                    "persistent_workers": persistent_workers not in ("auto", False),
-                    "work_dir": work_dir is not None,
-                },
-            )
-        from datasetrt.integrations.torch import to_torch_batches
-
-        return to_torch_batches(
-            self,
-            batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            samples_per_epoch=samples_per_epoch,
-            columns=columns,
-            length=length,
-            pad=pad,
-            batch_transform=batch_transform,
-            num_workers=num_workers,
-            drop_last=drop_last,
-            pin_memory=pin_memory,
-            timeout=timeout,
-            multiprocessing_context=multiprocessing_context,
-            worker_init_fn=worker_init_fn,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            work_dir=work_dir,
-        )
-
-    def _to_torch_packed(
-        self,
-        rows: int,
-        row_len: int,
-        mode: str,
-        overlong: str,
-        pad: Any,
-        drop_last: bool,
-        num_workers: int | str,
-        multiprocessing_context: Any,
-        *,
-        pin_memory: bool,
-        timeout: float,
-        worker_init_fn: Callable | None,
-        prefetch_factor: int | str,
-        unsupported: dict[str, bool],
-    ) -> DatasetRTPackedLoader:
-        """`to_torch_batches(rows, pack=row_len, ...)`: the dataset's window packed (its own order
-        and seed), `integrations.torch.packed`; ConfigError naming an argument that does not apply."""
-        given = [name for name, set_ in unsupported.items() if set_]
-        if given:
-            raise ConfigError(f"to_torch_batches(pack=...) reads the dataset's own order: {given[0]}= does not apply")
-        from datasetrt.integrations.torch import to_torch_packed
-
-        return to_torch_packed(
-            self,
-            rows,
-            row_len,
-            mode=mode,
-            overlong=overlong,
-            pad=pad,
-            drop_last=drop_last,
-            num_workers=0 if num_workers == "auto" else num_workers,
-            multiprocessing_context="fork"
-            if multiprocessing_context == "spawn" and num_workers == "auto"
-            else multiprocessing_context,
-            pin_memory=pin_memory,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            prefetch_factor=None if prefetch_factor == "auto" else prefetch_factor,
-        )
 
 
 @dataclass(frozen=True)

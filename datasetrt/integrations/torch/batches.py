@@ -50,6 +50,7 @@ from datasetrt.values.arrays import RaggedArrays, pad_item
 
 if TYPE_CHECKING:
     from datasetrt.dataset.seam import DatasetSeam
+    from datasetrt.integrations.torch.packed import DatasetRTPackedLoader
 
 
 @dataclass(frozen=True)
@@ -351,7 +352,10 @@ def to_torch_batches(
     prefetch_factor: int | str = "auto",
     persistent_workers: bool | str = "auto",
     work_dir: Any = None,
-) -> DatasetRTBatchLoader:
+    pack: int | None = None,
+    pack_mode: str = "split",
+    overlong: str = "split",
+) -> DatasetRTBatchLoader | DatasetRTPackedLoader:
     """`CachedDataset.to_torch_batches(batch_size, ...)` (docs/pytorch.md). `shuffle` defaults to
     the dataset's `ReaderConfig.shuffle`; `seed`, `samples_per_epoch`, `num_workers`,
     `drop_last`, `pin_memory`, `timeout`, `multiprocessing_context`, `worker_init_fn`,
@@ -363,7 +367,42 @@ def to_torch_batches(
     `columns`: metadata columns of the caches' tables to add; `length` / `pad`: project a ragged
     spec's ragged dim to `length` (truncate / pad); `batch_transform(item) -> Any` runs on each
     item in the worker (picklable for spawn). With an initialised process group of world_size >
-    1 this is a collective call, as `to_torch_dataloader`."""
+    1 this is a collective call, as `to_torch_dataloader`. `pack=row_len`: batches of `batch_size`
+    packed rows of the dataset's window instead (`iter_packed`'s `pack_mode`, `overlong`, `pad`,
+    `drop_last`; docs/packing.md); arguments that choose another order are a ConfigError."""
+    if pack is not None:
+        unsupported = {
+            "shuffle": shuffle is not None,
+            "seed": seed != "random",
+            "samples_per_epoch": samples_per_epoch is not None,
+            "columns": bool(columns),
+            "length": length is not None,
+            "batch_transform": batch_transform is not None,
+            "persistent_workers": persistent_workers not in ("auto", False),
+            "work_dir": work_dir is not None,
+        }
+        given = [name for name, set_ in unsupported.items() if set_]
+        if given:
+            raise ConfigError(f"to_torch_batches(pack=...) reads the dataset's own order: {given[0]}= does not apply")
+        from datasetrt.integrations.torch.packed import to_torch_packed
+
+        return to_torch_packed(
+            dataset,
+            batch_size,
+            pack,
+            mode=pack_mode,
+            overlong=overlong,
+            pad=pad,
+            drop_last=drop_last,
+            num_workers=0 if num_workers == "auto" else num_workers,  # type: ignore[arg-type]
+            multiprocessing_context="fork"
+            if multiprocessing_context == "spawn" and num_workers == "auto"
+            else multiprocessing_context,
+            pin_memory=pin_memory,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            prefetch_factor=None if prefetch_factor == "auto" else prefetch_factor,  # type: ignore[arg-type]
+        )
     if shuffle is None:
         shuffle = dataset.reader_config.shuffle
     if _reader_workers_suffice(dataset, num_workers, batch_transform, timeout, prefetch_factor, persistent_workers):
