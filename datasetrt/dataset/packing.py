@@ -28,14 +28,22 @@ STATE_VERSION = 1
 
 
 def _documents(
-    ds: DatasetSeam, window: Any, first: int, count: int, read_size: int, in_process: bool
+    ds: DatasetSeam,
+    window: Any,
+    first: int,
+    count: int,
+    read_size: int,
+    in_process: bool,
+    check_embedded: bool | None = None,
 ) -> Iterator[tuple]:
     """(values, offsets, cache_id, sample_id) of window positions [first, first + count), read
     `read_size` documents at a time (the dataset's reader workers, if it has them, unless
-    `in_process`)."""
+    `in_process`; embedded metadata checked as `check_embedded` says, None: as validate_cache)."""
     if count <= 0:
         return
-    batches = ds.read_window_batches(window.sub(first, count), read_size, with_metadata=False, in_process=in_process)
+    batches = ds.read_window_batches(
+        window.sub(first, count), read_size, with_metadata=False, in_process=in_process, check_embedded=check_embedded
+    )
     for batch in batches:
         with batch:
             arrays = batch.to_numpy()
@@ -56,6 +64,8 @@ class PackedBatches:
     its own: ranks' batches are whole rows, their documents disjoint, together the window.
     Documents are read `read_size` at a time through the dataset's reader workers (if it has
     them), or by this process with `in_process` (code that is itself a worker process).
+    `use_population` makes it read windows of another population than the dataset's current one
+    (a process that reopened the dataset and imported the population its owner reads).
     """
 
     def __init__(
@@ -95,6 +105,18 @@ class PackedBatches:
         self._batches = 0
         self._base = 0  # `_position` when the current read started
         self._it: Iterator[PackedRows] | None = None
+        self._population: Any = None  # None: the dataset's current population
+        self._check_embedded: bool | None = None
+
+    def use_population(self, population: Any, check_embedded: bool | None = None) -> None:
+        """Read windows of `population` (`import_population`'s, in a process that reopened the
+        dataset: a spawned DataLoader worker) instead of the dataset's current one, checking
+        embedded metadata as `check_embedded` says (None: as validate_cache says). Such a
+        PackedBatches only continues a loaded state (`load_state_dict`, called after this): it
+        reserves no window and leaves the dataset's cursor alone. Before `load_state_dict`."""
+        if self._it is not None or self._window is not None:
+            raise PackingError("use_population: call it before load_state_dict and the first next()")
+        self._population, self._check_embedded = population, check_embedded
 
     def _config(self) -> dict:
         return {
@@ -104,7 +126,7 @@ class PackedBatches:
             "overlong": self.overlong,
             "rank": self.rank,
             "world_size": self.world_size,
-            "order": self._ds.order_identity(),
+            "order": self._ds.order_identity(self._population),
         }
 
     def __iter__(self) -> PackedBatches:
@@ -124,6 +146,8 @@ class PackedBatches:
         """Reserve the window now, as the first `next()` does (nothing if already reserved or
         loaded from a state): `state_dict()` then names it."""
         if self._window is None:
+            if self._population is not None:
+                raise PackingError("a PackedBatches reading a given population continues a loaded state only")
             self._window = self._ds.reserve_window()
             self._cursor = self._ds.cursor_state().as_dict()
 
@@ -135,7 +159,9 @@ class PackedBatches:
         packer = Packer(
             self.rows, self.row_len, mode=self.mode, overlong=self.overlong, pad=self.pad, offset=self._offset
         )
-        documents = _documents(self._ds, self._window, first, hi - first, self.read_size, self.in_process)
+        documents = _documents(
+            self._ds, self._window, first, hi - first, self.read_size, self.in_process, self._check_embedded
+        )
         return packed_stream(packer, documents, drop_last=self.drop_last)
 
     def state_dict(self) -> dict:
@@ -183,10 +209,14 @@ class PackedBatches:
             raise PackingError(
                 f"inconsistent packing state: position {position} outside a share of {hi - lo} documents"
             )
-        cursor = self._ds.cursor_state_from(state.get("cursor") or {})
-        self._window = self._ds.plan_window(window[0], window[1])
-        self._ds.restore_cursor_state(cursor)
-        self._cursor = cursor.as_dict()
+        if self._population is not None:  # another process's window: its cursor is not this dataset's
+            self._window = self._ds.plan_window(window[0], window[1], population=self._population)
+            self._cursor = dict(state.get("cursor") or {})
+        else:
+            cursor = self._ds.cursor_state_from(state.get("cursor") or {})
+            self._window = self._ds.plan_window(window[0], window[1])
+            self._ds.restore_cursor_state(cursor)
+            self._cursor = cursor.as_dict()
         self._position, self._offset, self._batches = position, offset, batches
 
 

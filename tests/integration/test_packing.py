@@ -249,3 +249,31 @@ def test_drop_last_and_successive_windows(caches):
     assert len(short[-1]) < rows and _same(dropped, short[:-1])
     second = list(ds.iter_packed(ROWS, ROW_LEN))  # the next window: the next epoch's order
     assert second[0].state["window"] == [len(ds), len(ds)] and not _same(second, full)
+
+
+def test_a_state_continued_over_an_imported_population(caches):
+    """What a spawned DataLoader worker does: reopen the caches, import the owner's (filtered)
+    population, and continue the owner's state over it, leaving its own cursor alone."""
+    import polars as pl
+
+    owner = _open(caches["zstd"])
+    owner.update_metadata(owner.get_metadata().filter(pl.col("i") % 4 != 1))
+    packed = owner.iter_packed(ROWS, ROW_LEN)
+    head = [next(packed) for _ in range(2)]
+    rest = list(packed)
+    reopened = _open(caches["zstd"])  # the physical table: another order of other rows
+    population = reopened.import_population(owner.export_population(owner.cursor_state().population))
+    other = reopened.iter_packed(ROWS, ROW_LEN)
+    other.use_population(population)
+    other.load_state_dict(head[-1].state)
+    assert _same(list(other), rest)
+    assert reopened.cursor_state().as_dict() == _open(caches["zstd"]).cursor_state().as_dict()
+    plain = reopened.iter_packed(ROWS, ROW_LEN)
+    plain.load_state_dict(head[-1].state)
+    assert not _same(list(plain), rest)  # the same window of the physical table is other rows
+    unloaded = reopened.iter_packed(ROWS, ROW_LEN)
+    unloaded.use_population(population)
+    with pytest.raises(PackingError, match="continues a loaded state only"):
+        next(unloaded)
+    with pytest.raises(PackingError, match="before load_state_dict"):
+        other.use_population(population)

@@ -1,5 +1,5 @@
 """Packed rows through torch: `to_torch_batches(rows, pack=row_len)` with 0 and 2 forked
-DataLoader workers gives the window's documents whole (each token once), the same rows for the
+DataLoader workers (spawned ones: test_packing_torch_spawn.py) gives the window's documents whole (each token once), the same rows for the
 same workers, resumes a pass exactly, and refuses what does not apply."""
 
 from __future__ import annotations
@@ -106,8 +106,6 @@ def test_refusals(cache):
     ds = _open(cache)
     with pytest.raises(ConfigError, match="columns= does not apply"):
         ds.to_torch_batches(ROWS, pack=ROW_LEN, columns=["i"])
-    with pytest.raises(ConfigError, match="fork only"):
-        ds.to_torch_batches(ROWS, pack=ROW_LEN, num_workers=2, multiprocessing_context="spawn")
     with pytest.raises(ConfigError, match="pack mode"):
         ds.to_torch_batches(ROWS, pack=ROW_LEN, pack_mode="best")
     loader = _loader(cache, 2)

@@ -6,21 +6,33 @@ itself, its shares and states are the dataset's `PackedBatches`. No planning or 
 Each pass reads the dataset's next window (reserved in the main process when `iter(loader)`
 starts). With K DataLoader workers on rank r of R, worker w packs share `r * K + s` of `R * K`
 (s = (w + first) mod K, `first` being where a resumed pass rotates the round-robin), in its own
-process (fork: workers inherit the dataset), so every item is whole rows of one share. Torch
-hands items out round-robin over the workers (its `in_order`), skipping workers whose share is
-done; the loader records each item's share state, so its state — the window, each share's
-(position, offset, batches) and the share of the next item — resumes the pass exactly.
+process, so every item is whole rows of one share. Torch hands items out round-robin over the
+workers (its `in_order`), skipping workers whose share is done; the loader records each item's
+share state, so its state — the window, each share's (position, offset, batches) and the share
+of the next item — resumes the pass exactly.
+
+A forked worker packs from the inherited dataset. A spawned (or forkserver) one receives the
+pass's share states (each naming the window: its dataset start and length) and a recipe
+(spawn.py: cache directories, the reader config with its seed, the caches' key, a snapshot of
+the population the window was reserved in); it reopens the caches and plans that window over
+the imported population, so it packs the same rows, byte for byte, as a forked one.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
+from multiprocessing import get_all_start_methods, get_context
+from multiprocessing.context import BaseContext
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datasetrt.dataset.seam import DatasetSeam
 from datasetrt.errors import ConfigError, LoaderStateError
+from datasetrt.integrations.torch.lifeline import DieWithParent
+from datasetrt.integrations.torch.options import check_main_guard
+from datasetrt.integrations.torch.spawn import _PlanReader, _Recipe, _Snapshots
 
 __all__ = ["DatasetRTPackedLoader", "PackedIterable", "to_torch_packed"]
 
@@ -31,12 +43,32 @@ STATE_VERSION = 1
 class PackedIterable(IterableDataset):
     """The shares of one pass: worker w packs share `rank * K + (w + first) % K` from its
     state in `shares` (PackedBatches states; None: nothing to read) and yields
-    `PackedRows.to_torch()` dicts with a "packing_state" entry [share, position, offset, batches]."""
+    `PackedRows.to_torch()` dicts with a "packing_state" entry [share, position, offset, batches].
+    `ds` is the dataset in the process that built it and its forked workers; a spawned copy has
+    None there and reopens the dataset from its recipe (`__reduce__`)."""
 
-    def __init__(self, ds: DatasetSeam, options: dict, rank: int, world_size: int) -> None:
+    def __init__(self, ds: DatasetSeam | None, options: dict, rank: int, world_size: int) -> None:
         self.ds, self.options, self.rank, self.world_size = ds, options, rank, world_size
         self.shares: list[dict] | None = None
         self.first = 0
+        self.population: Any = None  # the population of the pass's window (set when the pass starts)
+        self._recipe: _Recipe | None = None  # in a spawned copy: how to reopen the dataset
+        self._reader: _PlanReader | None = None  # in a spawned copy: the reopened dataset
+        self._snapshots = _Snapshots(self)
+
+    def _packed(self, rank: int, world_size: int, in_process: bool) -> Any:
+        """A PackedBatches of share `rank` of `world_size` in this process: over the dataset
+        (main process, forked worker), or over the dataset and population the recipe reopens."""
+        if self.ds is not None:
+            return self.ds.iter_packed(**self.options, rank=rank, world_size=world_size, in_process=in_process)
+        if self._reader is None or self._reader.pid != os.getpid():
+            if self._recipe is None:
+                raise RuntimeError("PackedIterable has neither a dataset nor a recipe to read through")
+            self._reader = _PlanReader.open(self._recipe)
+        reader = self._reader
+        packed = reader.ds.iter_packed(**self.options, rank=rank, world_size=world_size, in_process=True)
+        packed.use_population(reader.population, reader.check_embedded)
+        return packed
 
     def __iter__(self) -> Iterator[dict]:
         if self.shares is None:
@@ -44,14 +76,36 @@ class PackedIterable(IterableDataset):
         info = get_worker_info()
         k, w = (1, 0) if info is None else (info.num_workers, info.id)
         s = (w + self.first) % k
-        packed = self.ds.iter_packed(
-            **self.options, rank=self.rank * k + s, world_size=self.world_size * k, in_process=info is not None
-        )
+        packed = self._packed(self.rank * k + s, self.world_size * k, info is not None)
         packed.load_state_dict(self.shares[s])
         for batch in packed:
             item = batch.to_torch()
             item["packing_state"] = [s, batch.state["position"], batch.state["offset"], batch.state["batches"]]
             yield item
+
+    def __reduce__(self) -> Any:
+        """What a spawned (or forkserver) worker receives: the recipe (the population snapshot
+        written once per population into this object's temp dir, removed with it), the packing,
+        the ranks and the pass's share states; never the dataset."""
+        if self.ds is None:
+            recipe = self._recipe
+        else:
+            population = self.population if self.population is not None else self.ds.cursor_state().population
+            recipe = self._snapshots.recipe(self.ds, population)
+        return _rebuild_packed, (recipe, self.options, self.rank, self.world_size, self.shares, self.first)
+
+    @property
+    def snapshot_dir(self) -> Any:
+        """The temp dir holding population snapshots for spawned workers (None until needed)."""
+        return self._snapshots.directory
+
+
+def _rebuild_packed(
+    recipe: _Recipe | None, options: dict, rank: int, world_size: int, shares: list[dict] | None, first: int
+) -> PackedIterable:
+    obj = PackedIterable(None, options, rank, world_size)
+    obj._recipe, obj.shares, obj.first = recipe, shares, first
+    return obj
 
 
 class _Pass:
@@ -103,6 +157,9 @@ class DatasetRTPackedLoader(DataLoader):
         dataset = self.dataset
         assert isinstance(dataset, PackedIterable)
         dataset.shares, dataset.first = [dict(s) for s in self._shares], self._next
+        dataset.population = self._ds.cursor_state().population  # what spawned workers plan the window over
+        if isinstance(self.worker_init_fn, DieWithParent):  # workers started now die with this process
+            self.worker_init_fn.parent_pid = os.getpid()
         return _Pass(self, super().__iter__())
 
     def state_dict(self) -> dict:
@@ -151,7 +208,7 @@ def to_torch_packed(
     drop_last: bool = False,
     read_size: int = 256,
     num_workers: int = 0,
-    multiprocessing_context: Any = "fork",
+    multiprocessing_context: Any = "spawn",
     pin_memory: bool = False,
     timeout: float = 0,
     worker_init_fn: Any = None,
@@ -159,17 +216,15 @@ def to_torch_packed(
 ) -> DatasetRTPackedLoader:
     """`CachedDataset.to_torch_batches(rows, pack=row_len, ...)`: see the module docstring.
     Rank and world size from torch.distributed or RANK / WORLD_SIZE (`capture_replica`).
-    DataLoader workers are forked (they inherit the dataset, which does not pickle)."""
+    DataLoader workers start with `multiprocessing_context` ("spawn", as the unpacked loaders;
+    "inherit", a start method or a context): forked ones inherit the dataset, spawned and
+    forkserver ones reopen it from a recipe (the dataset itself does not pickle)."""
     from datasetrt.integrations.torch.distributed import capture_replica
 
     if type(num_workers) is not int or num_workers < 0:
         raise ConfigError(f"num_workers must be an integer >= 0 with pack=, got {num_workers!r}")
-    context = getattr(multiprocessing_context, "get_start_method", lambda: multiprocessing_context)()
-    if num_workers and context != "fork":
-        raise ConfigError(
-            f"to_torch_batches(pack=...) starts DataLoader workers with fork only, got {multiprocessing_context!r}: "
-            "use multiprocessing_context='fork', or num_workers=0 (the dataset's reader processes read)"
-        )
+    context = _context(multiprocessing_context) if num_workers else None
+    check_main_guard(context, "to_torch_batches(pack=...)")
     replica = capture_replica()
     options = {
         "rows": rows,
@@ -183,7 +238,18 @@ def to_torch_packed(
     ds.iter_packed(**options, rank=replica.rank, world_size=replica.world_size)  # checks the arguments here
     kwargs: dict = {"num_workers": num_workers, "pin_memory": pin_memory, "timeout": timeout}
     if num_workers:
-        kwargs.update(multiprocessing_context="fork", worker_init_fn=worker_init_fn, persistent_workers=False)
+        kwargs.update(
+            multiprocessing_context=context, worker_init_fn=DieWithParent(worker_init_fn), persistent_workers=False
+        )
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     return DatasetRTPackedLoader(ds, options, replica.rank, replica.world_size, **kwargs)
+
+
+def _context(value: Any) -> BaseContext:
+    """The multiprocessing context `value` names ("inherit": the platform's default start method)."""
+    if isinstance(value, BaseContext):
+        return value
+    if not (isinstance(value, str) and (value == "inherit" or value in get_all_start_methods())):
+        raise ConfigError("multiprocessing_context must be 'inherit', an available start method, or BaseContext")
+    return get_context(None if value == "inherit" else value)
