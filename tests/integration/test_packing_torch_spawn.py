@@ -1,11 +1,16 @@
 """Packed rows through spawned DataLoader workers: `to_torch_batches(rows, pack=row_len,
 num_workers=2, multiprocessing_context="spawn")` packs the same rows as forked workers and as
 `iter_packed` share by share (a filtered table included: the population travels as a snapshot),
-resumes a pass exactly, and removes its snapshot dir with the loader."""
+resumes a pass exactly, removes its snapshot dir with the loader, and is refused in a script
+that would build it again in each worker."""
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -119,9 +124,36 @@ def test_resume_a_spawned_pass(cache):
 
 
 def test_start_methods(cache):
+    expected = _rows(_loader(_open(cache, filtered=True), "fork"))
+    assert _equal(_rows(_loader(_open(cache, filtered=True), "forkserver")), expected)
     ds = _open(cache)
     with pytest.raises(ConfigError, match="multiprocessing_context must be"):
         ds.to_torch_batches(ROWS, pack=ROW_LEN, num_workers=2, multiprocessing_context="threads")
     default = ds.to_torch_batches(ROWS, pack=ROW_LEN, num_workers=2)  # the unpacked loaders' default
     assert default.multiprocessing_context.get_start_method() == "spawn"
     assert ds.to_torch_batches(ROWS, pack=ROW_LEN).num_workers == 0  # "auto": the main process reads
+
+
+SCRIPT = """
+import sys
+
+import datasetrt as drt
+
+ds = drt.CachedDataset([sys.argv[1]], reader_config=drt.ReaderConfig(seed=0))
+loader = ds.to_torch_batches(4, pack=16, num_workers=1)
+print("built")
+"""
+
+
+def test_an_unguarded_script_is_refused_before_any_worker_starts(cache, tmp_path):
+    script = tmp_path / "unguarded.py"
+    script.write_text(SCRIPT)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run(
+        [sys.executable, str(script), str(cache)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 1 and "built" not in out.stdout
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("datasetrt.errors.LoaderStateError: multiprocessing_context='spawn' starts DataLoader")
+    assert f"{script}, and its line 7, which is running to_torch_batches(pack=...)" in last

@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterator, Mapping
 from multiprocessing import get_all_start_methods, get_context
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -95,7 +96,7 @@ class PackedIterable(IterableDataset):
         return _rebuild_packed, (recipe, self.options, self.rank, self.world_size, self.shares, self.first)
 
     @property
-    def snapshot_dir(self) -> Any:
+    def snapshot_dir(self) -> Path | None:
         """The temp dir holding population snapshots for spawned workers (None until needed)."""
         return self._snapshots.directory
 
