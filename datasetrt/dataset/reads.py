@@ -251,8 +251,6 @@ class DatasetReads:
 
     def run_spec(self, window: Any, rows_hint: int | None = None) -> RunSpec:
         """The spec of one parallel read of `window` on the runtime's reader processes."""
-        assert self.runtime is not None
-        cfg = self.config
         with collector_paused():  # the first one builds O(caches) long-lived objects, no garbage
             return self._run_spec(window, rows_hint)
 
