@@ -24,7 +24,7 @@ from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.batch_run import BatchRun
 from datasetrt.runtime.batches import BatchMaker
 from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
-from datasetrt.runtime.memory import default_memory_limit_bytes
+from datasetrt.runtime.memory import collector_paused, default_memory_limit_bytes
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.protocol import CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
@@ -86,11 +86,12 @@ class DatasetReads:
         local = self._thread_readers
         reader = getattr(local, "reader", None)
         if reader is None or local.pid != os.getpid():
-            reader = LocalReader(
-                self.handles,
-                verify_records=self.config.verify_records,
-                memory_limit_bytes=self.config.memory_limit_bytes or self.default_memory_limit,
-            )
+            with collector_paused():  # O(caches) long-lived objects, no garbage
+                reader = LocalReader(
+                    self.handles,
+                    verify_records=self.config.verify_records,
+                    memory_limit_bytes=self.config.memory_limit_bytes or self.default_memory_limit,
+                )
             local.reader, local.pid = reader, os.getpid()
         return reader
 
@@ -250,6 +251,10 @@ class DatasetReads:
 
     def run_spec(self, window: Any, rows_hint: int | None = None) -> RunSpec:
         """The spec of one parallel read of `window` on the runtime's reader processes."""
+        with collector_paused():  # the first one builds O(caches) long-lived objects, no garbage
+            return self._run_spec(window, rows_hint)
+
+    def _run_spec(self, window: Any, rows_hint: int | None) -> RunSpec:
         assert self.runtime is not None
         cfg = self.config
         return RunSpec(

@@ -30,7 +30,7 @@ def decode_document(raw: bytes, path: Path | str) -> Any:
     except UnicodeDecodeError as exc:
         raise ManifestJSONError(f"JSON error: manifest is not UTF-8 ({exc.reason}): {path}") from None
     try:
-        return json.loads(text, object_pairs_hook=_unique_object)
+        return _DECODER.decode(text)
     except _DuplicateField as exc:
         raise ManifestJSONError(f"JSON error: duplicate manifest field `{exc.key}`: {path}") from None
     except json.JSONDecodeError as exc:
@@ -61,6 +61,9 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise _DuplicateField(key)
             seen.add(key)
     return doc
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_object)  # stateless: one for every manifest
 
 
 def _eof_context(text: str) -> str:

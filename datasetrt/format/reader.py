@@ -162,8 +162,9 @@ class CacheHandle:
         root = os.fspath(local)
         inside = None if external_links else files.resolved_dir(root, parents)
         manifest, manifest_st = read_manifest_stat(root, inside=inside)
-        join = os.path.join
-        index_path = join(root, INDEX_NAME)
+        # (string concatenation: os.path.join costs more than a check here; names are plain segments)
+        base = root if root.endswith(os.sep) else root + os.sep
+        index_path = base + INDEX_NAME
         index_st = files.check_file(index_path, inside)
         index_size = index_st.st_size
         if index_size % INDEX_ROW_BYTES:
@@ -173,18 +174,18 @@ class CacheHandle:
                 f"index row count does not match manifest: {index_path} has "
                 f"{index_size // INDEX_ROW_BYTES} rows, manifest sample_count is {manifest.sample_count}"
             )
-        shards_dir = join(root, SHARDS_DIR)
+        shards_dir = base + SHARDS_DIR
         if manifest.shards:  # (a missing one: each shard's stat names it)
             files.check_dir(shards_dir, inside, missing_ok=True)
         for shard in manifest.shards:
-            shard_path = join(shards_dir, shard.name)
+            shard_path = shards_dir + os.sep + shard.name
             if remote is not None and not os.path.exists(shard_path):
                 continue  # fetched (and checked) when a read first needs it
             if files.check_file(shard_path, inside).st_size != shard.byte_len:
                 raise CacheFormatError(f"shard length mismatch for {shard_path}")
-        metadata_bytes = files.check_file(join(root, METADATA_NAME), inside).st_size
+        metadata_bytes = files.check_file(base + METADATA_NAME, inside).st_size
         if manifest.checksums is not None:
-            sidecar = join(root, manifest.checksums.file)
+            sidecar = base + manifest.checksums.file
             if files.check_file(sidecar, inside).st_size != manifest.sample_count * CHECKSUM_ROW_BYTES:
                 raise CacheFormatError(f"checksum sidecar length mismatch for {sidecar}")
         identity: tuple[int, ...] = (
@@ -196,10 +197,11 @@ class CacheHandle:
             index_st.st_mtime_ns,
         )
         if manifest.dictionary is not None:
-            files.check_file(join(root, manifest.dictionary.file), inside)
+            files.check_file(base + manifest.dictionary.file, inside)
             _data, dict_st = dictionary.read_checked(root, manifest.dictionary)
             identity += (dict_st.st_dev, dict_st.st_ino, dict_st.st_mtime_ns)
-        return cls(Path(local), manifest, identity, remote, memory_limit_bytes, metadata_bytes)
+        path = local if isinstance(local, Path) else Path(local)
+        return cls(path, manifest, identity, remote, memory_limit_bytes, metadata_bytes)
 
     @property
     def sample_count(self) -> int:

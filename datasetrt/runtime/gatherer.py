@@ -53,6 +53,7 @@ from datasetrt.format.layout import SHARDS_DIR
 from datasetrt.format.reader import CacheHandle
 from datasetrt.format.remote import small_files
 from datasetrt.runtime.descriptors import BUDGET, DescriptorBudget, ShardDescriptors
+from datasetrt.runtime.memory import collector_paused
 from datasetrt.runtime.protocol import CacheLayout
 from datasetrt.values.codecs import CODEC_IDS
 from datasetrt.values.payloads import PayloadCheck
@@ -139,14 +140,10 @@ class Gatherer:
         if isinstance(handles, LazyHandles):  # local caches, opened at first use
             self.handles = handles
             labels, layouts = list(handles.dirs), list(handles.layouts)
-            shard_paths = [
-                [os.path.join(d, SHARDS_DIR, s[0]) for s in shards] for d, (_n, shards) in zip(labels, layouts)
-            ]
             remote = [False] * len(labels)
         else:
             self.handles = list(handles)
-            labels, layouts = [str(h.path) for h in self.handles], [cache_layout(h) for h in self.handles]
-            shard_paths = [[str(p) for p in h.shard_paths()] for h in self.handles]
+            labels, layouts = [os.fspath(h.path) for h in self.handles], [cache_layout(h) for h in self.handles]
             remote = [h.remote is not None for h in self.handles]
         self._remote = remote if any(remote) else None
         # Remote caches the node cache cannot hold whole: their shard files get evicted while the
@@ -154,19 +151,26 @@ class Gatherer:
         # the block it gathers, and none between gathers.
         self._tight = self._remote is not None and _node_cache_tight(self.handles)  # type: ignore[arg-type]
         self._held: dict[tuple[int, int], None] = {}  # (cache, shard) pinned by this reader
-        self.shards = self.budget.register(ShardDescriptors(shard_paths, remote, open_present=not self._tight))
         self._index_words: dict[int, memoryview] = {}  # remote caches: index.bin as u64 words
-        shards = [s for _n, of_cache in layouts for s in of_cache]
-        self.table = CacheTable(
-            labels=labels,
-            index_rows=[n for n, _shards in layouts],
-            shard_count=self.shards.count,
-            shard_len=[s[1] for s in shards],
-            shard_ulen=[s[2] for s in shards],
-            shard_codec=[CODEC_IDS[s[3]] for s in shards],
-            shard_names=[p for paths in shard_paths for p in paths],
-            shard_fd=self.shards.fds,
-        )
+        with collector_paused():  # O(caches) long-lived lists and tuples, no garbage
+            # (f-strings: os.path.join costs more than the rest of a cache's row; a shard name is
+            # one plain segment, checked when its manifest was parsed)
+            shard_paths = [
+                [f"{d.rstrip(os.sep)}{os.sep}{SHARDS_DIR}{os.sep}{s[0]}" for s in shards]
+                for d, (_n, shards) in zip(labels, layouts)
+            ]
+            self.shards = self.budget.register(ShardDescriptors(shard_paths, remote, open_present=not self._tight))
+            shards = [s for _n, of_cache in layouts for s in of_cache]
+            self.table = CacheTable(
+                labels=labels,
+                index_rows=[n for n, _shards in layouts],
+                shard_count=self.shards.count,
+                shard_len=[s[1] for s in shards],
+                shard_ulen=[s[2] for s in shards],
+                shard_codec=[CODEC_IDS[s[3]] for s in shards],
+                shard_names=[p for paths in shard_paths for p in paths],
+                shard_fd=self.shards.fds,
+            )
         self._scratch = native.Scratch()
         self._closed = False
 

@@ -76,6 +76,7 @@ class PoolRun:
     run_id: int
     opening: OpenRun | None = None
     ring_fd: int = -1
+    opening_bytes: bytes | None = None  # `opening` pickled once for every worker (it names every cache)
     workers: set[int] = field(default_factory=set)
 
 
@@ -203,8 +204,10 @@ class WorkerPool:
         candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
         worker = min(candidates, key=self.inflight.__getitem__)
         if worker not in run.workers:
+            if run.opening_bytes is None:
+                run.opening_bytes = pickle.dumps(run.opening, pickle.HIGHEST_PROTOCOL)
             try:
-                self._send(worker, run.opening)
+                self._send_bytes(worker, run.opening_bytes)
                 self._send_fd(worker, run.ring_fd)
             except BaseException:
                 # Interrupted between the two, the worker's channel would be out of step.
@@ -266,10 +269,13 @@ class WorkerPool:
             pass
 
     def _send(self, worker: int, msg: object) -> None:
+        self._send_bytes(worker, pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+
+    def _send_bytes(self, worker: int, data: bytes) -> None:
         if self.closed:
             raise WorkerError(_STOPPED)
         try:
-            self.processes.task_conns[worker].send_bytes(pickle.dumps(msg, pickle.HIGHEST_PROTOCOL))
+            self.processes.task_conns[worker].send_bytes(data)
         except (BrokenPipeError, OSError):
             self._raise_dead(worker)
 

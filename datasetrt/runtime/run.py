@@ -22,6 +22,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -30,7 +31,7 @@ from datasetrt import errors
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.gatherer import cache_layout
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
-from datasetrt.runtime.memory import MemoryBound
+from datasetrt.runtime.memory import MemoryBound, collector_paused
 from datasetrt.runtime.pool import PoolRun, WorkerPool
 from datasetrt.runtime.protocol import CacheSet, OpenRun, ReadTask, TaskDone, TaskFailed
 from datasetrt.runtime.ring import Ring
@@ -52,17 +53,26 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
     opened (manifest and index device, inode, mtime), so a cache rewritten at the same path is
     never served from a worker's stale reader."""
     remotes = tuple(handle.remote for handle in handles) if any(h.remote is not None for h in handles) else ()
-    h = hashlib.sha256(f"{verify_records}".encode())
-    for handle in handles:
-        h.update(b"\0" + str(handle.path.absolute()).encode() + repr(handle.identity).encode())
-    return CacheSet(
-        h.hexdigest()[:32],
-        tuple(str(handle.path.absolute()) for handle in handles),
-        tuple(handle.identity for handle in handles),
-        verify_records,
-        remotes,
-        () if remotes else tuple(cache_layout(handle) for handle in handles),
-    )
+    with collector_paused():  # O(caches) long-lived tuples, no garbage
+        dirs = tuple(_absolute(handle.path) for handle in handles)
+        identities = tuple(handle.identity for handle in handles)
+        h = hashlib.sha256(f"{verify_records}".encode())
+        h.update("\0".join(dirs).encode(errors="surrogateescape"))
+        h.update("\0".join(map(repr, identities)).encode())
+        return CacheSet(
+            h.hexdigest()[:32],
+            dirs,
+            identities,
+            verify_records,
+            remotes,
+            () if remotes else tuple(cache_layout(handle) for handle in handles),
+        )
+
+
+def _absolute(path: os.PathLike[str]) -> str:
+    """`str(Path(path).absolute())` without building a Path for the usual absolute directory."""
+    text = os.fspath(path)
+    return text if os.path.isabs(text) else str(Path(text).absolute())
 
 
 # Index rows `planned_record_bytes` reads per cache at most (24 MiB of index.bin), in this many
@@ -70,25 +80,53 @@ def cache_set(handles: Sequence[CacheHandle], verify_records: bool) -> CacheSet:
 # sample_count claims (a sparse index.bin of terabytes is as quick to plan for as a small one).
 PLAN_SCAN_ROWS = 1 << 20
 PLAN_SCAN_BLOCKS = 16
+# Indexes `planned_record_bytes` scans at most per dataset: a dataset of 10^5 small caches plans
+# in what a few hundred index scans cost, not one mapping per cache.
+PLAN_SCAN_CACHES = 256
 
 
 def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
-    """Record size the ring is planned for: the largest stored record over all caches (a
-    vectorised pass over each index, or over PLAN_SCAN_ROWS rows of it in PLAN_SCAN_BLOCKS
-    evenly spread blocks when it has more) or, for compressed caches, twice the largest average
-    decoded payload (manifest uncompressed_byte_len / sample_count), if larger. A record that
-    decodes bigger, or a larger one the scan did not see, still fits: its task splits, or the
-    parent reads it in-process. O(caches x min(sample_count, PLAN_SCAN_ROWS))."""
+    """Record size the ring is planned for: the largest stored record seen by scanning indexes
+    (a vectorised pass over each, or over PLAN_SCAN_ROWS rows of it in PLAN_SCAN_BLOCKS evenly
+    spread blocks when it has more), and at least every cache's average stored record (its shard
+    bytes over its samples, from the manifest) and, for compressed caches, twice the largest
+    average decoded payload (manifest uncompressed_byte_len / sample_count).
+
+    Indexes are scanned in decreasing order of their cache's largest shard (no record of a cache
+    is larger than its largest shard), stopping once no unscanned cache can hold a larger record
+    than the largest seen, or after PLAN_SCAN_CACHES scans. The result only shapes the ring: a
+    record that decodes bigger, or a larger one the scan did not see, still reads (its task
+    splits, or the parent reads it in-process). O(caches + PLAN_SCAN_CACHES x PLAN_SCAN_ROWS)."""
+    with collector_paused():
+        return _planned_record_bytes(handles)
+
+
+def _planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
     largest = 0
-    for handle in handles:
-        if handle.sample_count and any(s.algo != "none" for s in handle.manifest.shards):
-            decoded = sum(s.uncompressed_byte_len for s in handle.manifest.shards) // handle.sample_count
-            largest = max(largest, min(2 * decoded + 256, DECODED_ESTIMATE_CAP))  # manifests are untrusted
-    for handle in handles:
-        if handle.sample_count:
-            # A hostile index length is the gather kernel's to refuse; size by what can exist.
-            biggest_shard = max((s.byte_len for s in handle.manifest.shards), default=0)
-            largest = max(largest, min(handle.scan_index(_largest_stored), biggest_shard))
+    bounds: list[tuple[int, int]] = []  # (-largest shard, position) of each cache holding samples
+    for k, handle in enumerate(handles):
+        manifest = handle.manifest
+        count = manifest.sample_count
+        if not count:
+            continue
+        stored = biggest = decoded = 0
+        compressed = False
+        for shard in manifest.shards:
+            size = shard.byte_len
+            stored += size
+            biggest = max(biggest, size)
+            decoded += shard.uncompressed_byte_len
+            compressed = compressed or shard.algo != "none"
+        # Manifests are untrusted: an average is at most what its largest shard holds.
+        largest = max(largest, min(stored // count, biggest))
+        if compressed:
+            largest = max(largest, min(2 * (decoded // count) + 256, DECODED_ESTIMATE_CAP))
+        # A hostile index length is the gather kernel's to refuse; size by what can exist.
+        bounds.append((-biggest, k))
+    for neg_bound, k in heapq.nsmallest(PLAN_SCAN_CACHES, bounds):
+        if -neg_bound <= largest:
+            break  # no cache left can hold a larger record
+        largest = max(largest, min(handles[k].scan_index(_largest_stored), -neg_bound))
     return largest
 
 

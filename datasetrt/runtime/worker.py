@@ -32,6 +32,7 @@ from collections import OrderedDict
 from datasetrt.errors import CacheFormatError, CacheIOError, StorageError
 from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.gatherer import Gatherer, LazyHandles
+from datasetrt.runtime.memory import collector_paused
 from datasetrt.runtime.protocol import (
     HEAVY_MODULES,
     CloseRun,
@@ -162,6 +163,18 @@ def _fill_batch(reader: Gatherer, slot: WorkerSlot, count: int) -> tuple[int, in
 FILLERS = {"records": _fill_records, "batch": _fill_batch}
 
 
+# A message at least this large (an OpenRun of many caches) is unpickled with the cyclic collector
+# paused: it builds O(caches) long-lived objects, and full collections would walk them all.
+LARGE_MESSAGE_BYTES = 1 << 16
+
+
+def _loads(data: bytes) -> object:
+    if len(data) < LARGE_MESSAGE_BYTES:
+        return pickle.loads(data)
+    with collector_paused():
+        return pickle.loads(data)
+
+
 def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
     """Entry point of worker `index` (importable for the spawn start method)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -173,7 +186,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
     rings: dict[int, _RingMap] = {}  # ring key -> mapping (of open runs, and kept idle ones)
     while True:
         try:
-            msg = pickle.loads(task_conn.recv_bytes())
+            msg = _loads(task_conn.recv_bytes())
         except (EOFError, OSError):
             break
         if isinstance(msg, ReadTask):

@@ -141,7 +141,7 @@ def parse_location(value: str | os.PathLike[str]) -> CacheLocation:
             raise ConfigError(f"a cache path must be a str, not bytes: {text!r}")
         if _MANGLED_RE.match(text):
             raise ConfigError(_mangled(text))
-        return Path(text)
+        return value if isinstance(value, Path) else Path(text)  # a Path as given: no second parse
     match = _URL_RE.match(value)
     if match is None:
         if _MANGLED_RE.match(value):

@@ -53,15 +53,53 @@ def physical_table(
             pass
     else:
         stored = pa.table({n: pa.array([], type=pa.null()) for n in names})
-    cache_id = np.repeat(catalog.cache_ids, catalog.counts)
-    sample_id = np.arange(catalog.total, dtype=np.uint64)  # minus each cache's first row, in place
-    sample_id -= np.repeat(catalog.offsets[:-1].astype(np.uint64), catalog.counts)
-    columns = [pa.array(cache_id, type=pa.uint64()), pa.array(sample_id, type=pa.uint64())]
+    columns = list(_identity_columns(catalog))
     columns += [stored.column(n) for n in names]
-    columns.append(pa.array(np.ones(catalog.total, dtype=np.float64)))
-    table = pa.table(columns, names=[*IDENTITY_COLUMNS, *names, WEIGHT_COLUMN])
+    table = pa.table(columns, names=[*IDENTITY_COLUMNS, *names])
     # A pa.Table converts to a DataFrame; pyarrow is untyped here, so mypy cannot pick that overload.
-    return cast(pl.DataFrame, pl.from_arrow(table))
+    frame = cast(pl.DataFrame, pl.from_arrow(table))
+    # weight = 1 as a literal: Polars keeps it as one value until a row of it is needed, so the
+    # table a user filters and reweights never holds a column of ones.
+    return frame.with_columns(pl.lit(1.0, dtype=pl.Float64).alias(WEIGHT_COLUMN))
+
+
+def _identity_columns(catalog: CacheCatalog) -> tuple[pa.Array, pa.Array]:
+    """cache_id and sample_id of every physical row (caches in path order, samples in sample_id
+    order) as uint64 arrays in pyarrow's memory pool, each filled in place by one running sum
+    (uint64 arithmetic wraps, so steps between cache ids sum back to each id exactly): no
+    per-row temporary, and no numpy allocation of every row (numpy asks the kernel for huge
+    pages there, which can stall on compaction for longer than the fill takes)."""
+    total = catalog.total
+    counts = catalog.counts
+    nonempty = counts > 0
+    starts = catalog.offsets[:-1][nonempty]
+    ids = catalog.cache_ids[nonempty].astype(np.uint64)
+    sizes = counts[nonempty].astype(np.uint64)
+    out = []
+    for steps in (_cache_id_steps, _sample_id_steps):
+        buffer = pa.allocate_buffer(total * 8)
+        values = np.frombuffer(buffer, dtype=np.uint64)
+        if total:
+            steps(values, starts, ids, sizes)
+            np.cumsum(values, out=values)
+        out.append(pa.Array.from_buffers(pa.uint64(), total, [None, buffer]))
+    return out[0], out[1]
+
+
+def _cache_id_steps(values: np.ndarray, starts: np.ndarray, ids: np.ndarray, sizes: np.ndarray) -> None:
+    """Steps whose running sum is each row's cache id: the id at the first row, then the change
+    of id at each cache's first row (mod 2^64), 0 elsewhere."""
+    values[:] = 0
+    values[starts[0]] = ids[0]
+    values[starts[1:]] = ids[1:] - ids[:-1]
+
+
+def _sample_id_steps(values: np.ndarray, starts: np.ndarray, ids: np.ndarray, sizes: np.ndarray) -> None:
+    """Steps whose running sum is each row's sample id: 1 per row, 0 at the first row, and at
+    each later cache's first row the step back to 0 (1 - the previous cache's size, mod 2^64)."""
+    values[:] = 1
+    values[starts[0]] = 0
+    values[starts[1:]] = np.uint64(1) - sizes[:-1]
 
 
 def _fail(message: str) -> MetadataValidationError:
