@@ -18,31 +18,21 @@ import pytest
 
 import datasetrt as drt
 from datasetrt.errors import ConfigError
-from tests.conftest import ListSource, writer_config
+from tests.integration.conftest import token_documents, write_token_cache
 
 torch = pytest.importorskip("torch")
 
-SPEC = drt.PayloadSpec("int32", (None,))
 ROWS, ROW_LEN, WORKERS = 4, 64, 2
 KEYS = ("tokens", "segment_ids", "positions", "cu_seqlens", "sample_id")
 
 
 def _items(n=160):
-    rng = np.random.default_rng(2)
-    lengths = np.minimum(rng.lognormal(3.0, 1.0, n).astype(np.int64), 300)
-    return [(np.arange(k, dtype=np.int32) + 1000 * (i + 1), {"i": i}) for i, k in enumerate(lengths)]
+    return token_documents(n, seed=2)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    with drt.DatasetRuntime(num_workers=1) as rt:
-        [res] = rt.write_cache(
-            [ListSource("docs", _items())],
-            tmp_path_factory.mktemp("packed-spawn"),
-            writer_config=writer_config("zstd", payload_spec=SPEC),
-        )
-    assert isinstance(res, drt.CacheWriteSuccess), res
-    return res.path
+    return write_token_cache(tmp_path_factory.mktemp("packed-spawn"), _items())
 
 
 def _open(path, filtered=False):
