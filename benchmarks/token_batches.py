@@ -3,9 +3,11 @@ uncompressed typed cache, read by datasetrt with reader workers and in-process, 
 physical reference (`mm[order[s:s + 256]]` on an `[N, 512]` int32 memmap of the same payloads,
 in datasetrt's order).
 
-Boundary: a focused benchmark script; each measurement runs in a fresh child process with
-PYTHONPATH set to the checkout under test, so two checkouts (before / after a change) are
-measured alternately in one run on the same files.
+Boundary: a focused benchmark script; each measurement runs in a fresh child process that runs
+this file by its path with PYTHONPATH set to the checkout under test (so that checkout's
+`datasetrt` comes before the invoking checkout's and before any installed one); the child
+reports the `datasetrt` it imported and the parent refuses a measurement of the wrong tree. Two
+checkouts (before / after a change) are measured alternately in one run on the same files.
 
     python -m benchmarks.token_batches [--count 32768] [--rounds 5] [--repeats 3] [--workers 2]
         [--tree NAME=PATH ...]
@@ -118,7 +120,13 @@ def _child(contender: str, spec: dict, repeats: int, workers: int) -> dict:
     finally:
         if close is not None:
             close()
-    return {"rates": rates, "digest": digest}
+    return {"rates": rates, "digest": digest, "imported": _imported_tree()}
+
+
+def _imported_tree() -> str | None:
+    """The checkout the child's `datasetrt` came from (None when the child never imported it)."""
+    module = sys.modules.get("datasetrt")
+    return str(Path(module.__file__).resolve().parent.parent) if module and module.__file__ else None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,8 +161,7 @@ def main(argv: list[str] | None = None) -> None:
                     out = subprocess.run(
                         [
                             sys.executable,
-                            "-m",
-                            "benchmarks.token_batches",
+                            str(Path(__file__).resolve()),
                             "--child",
                             child,
                             "--repeats",
@@ -163,12 +170,14 @@ def main(argv: list[str] | None = None) -> None:
                             str(args.workers),
                         ],
                         env=env,
-                        cwd=here,
+                        cwd=path,
                         capture_output=True,
                         text=True,
                         check=True,
                     )
                     r = json.loads(out.stdout.strip().splitlines()[-1])
+                    if r["imported"] not in (None, str(Path(path).resolve())):
+                        sys.exit(f"tree {name}: the child imported datasetrt from {r['imported']}, not {path}")
                     results.setdefault((name, contender), []).extend(r["rates"])
                     digests[(name, contender)] = r["digest"]
             loads.append(os.getloadavg()[0])
