@@ -26,7 +26,7 @@ from datasetrt.runtime.batches import BatchMaker
 from datasetrt.runtime.local import READ_BLOCK_ROWS, BatchShape, Chunk, LocalReader, local_batches, local_chunks
 from datasetrt.runtime.memory import collector_paused, default_memory_limit_bytes
 from datasetrt.runtime.pool import WorkerPool
-from datasetrt.runtime.protocol import CacheSet
+from datasetrt.runtime.protocol import CacheLayout, CacheSet
 from datasetrt.runtime.run import ParallelRun, RunSpec, cache_set, planned_record_bytes
 from datasetrt.runtime.sample_batch import SampleBatch
 from datasetrt.runtime.samples import SampleBuilder
@@ -91,9 +91,16 @@ class DatasetReads:
                     self.handles,
                     verify_records=self.config.verify_records,
                     memory_limit_bytes=self.config.memory_limit_bytes or self.default_memory_limit,
+                    layouts=self._known_layouts(),
                 )
             local.reader, local.pid = reader, os.getpid()
         return reader
+
+    def _known_layouts(self) -> Sequence[CacheLayout] | None:
+        """The caches' layouts when the workers' description of them is built already (a run
+        builds it before its reader), so they are not worked out twice; else None."""
+        caches = self.__dict__.get("worker_caches")  # the cached property, if computed
+        return caches.layouts if caches is not None and caches.layouts else None
 
     def close(self) -> None:
         """Close this thread's shard descriptors now (they are also closed on garbage collection)."""

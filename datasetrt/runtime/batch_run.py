@@ -84,9 +84,9 @@ class BatchRun(RingRun[PackedBatch]):
     def __iter__(self) -> Iterator[PackedBatch]:
         position = 0
         try:
-            # Head start, as ParallelRun: batches read here while no worker is ready yet. A pool
-            # not launched yet (pool_running=False) is launched after the first of them.
-            if self.pool is None or not self.pool.ready_workers():
+            # Head start, as ParallelRun: batches read here while no worker has opened the run. A
+            # pool not launched yet (pool_running=False) is launched after the first of them.
+            if self.pool is None or self._head_start(self.pool):
                 head = local_batches(self.fallback, self.window, self.batch_shape, buffers=self._buffers)
                 for packed in head:
                     position = packed.first + packed.rows
@@ -94,9 +94,8 @@ class BatchRun(RingRun[PackedBatch]):
                     if self.pool is None:
                         self._attach()
                     pool, _ring = self._attached()
-                    if pool.ready_workers():
+                    if self._taken_over(pool):
                         break
-                    pool.check_startup()
                 head.close()
                 # The head's private buffers go with its batches, not with the run: the ring
                 # serves the rest (a batch outgrowing its slot gets a buffer of its own).

@@ -131,7 +131,10 @@ class Gatherer:
         verify_records: bool = True,
         budget: DescriptorBudget | None = None,
         map_shards: bool = False,
+        layouts: Sequence[CacheLayout] | None = None,
     ) -> None:
+        """`layouts`: each handle's `cache_layout`, when the caller has them already (a run's
+        `CacheSet.layouts`); computed here otherwise."""
         self.verify_records = verify_records
         self.map_shards = map_shards
         self.mapped_shards = 0  # shards read from their mapping (`_map_shards`)
@@ -143,7 +146,8 @@ class Gatherer:
             remote = [False] * len(labels)
         else:
             self.handles = list(handles)
-            labels, layouts = [os.fspath(h.path) for h in self.handles], [cache_layout(h) for h in self.handles]
+            labels = [os.fspath(h.path) for h in self.handles]
+            layouts = list(layouts) if layouts is not None else [cache_layout(h) for h in self.handles]
             remote = [h.remote is not None for h in self.handles]
         self._remote = remote if any(remote) else None
         # Remote caches the node cache cannot hold whole: their shard files get evicted while the

@@ -24,6 +24,7 @@ from datasetrt.format.reader import CacheHandle
 from datasetrt.runtime.descriptors import DescriptorBudget
 from datasetrt.runtime.gatherer import Gatherer
 from datasetrt.runtime.memory import default_memory_limit_bytes
+from datasetrt.runtime.protocol import CacheLayout
 from datasetrt.values.payloads import PayloadCheck
 
 INITIAL_OUT_BYTES = 4 << 20
@@ -66,8 +67,9 @@ class LocalReader(Gatherer):
         verify_records: bool = True,
         budget: DescriptorBudget | None = None,
         memory_limit_bytes: int | None = None,
+        layouts: Sequence[CacheLayout] | None = None,
     ) -> None:
-        super().__init__(handles, verify_records=verify_records, budget=budget)
+        super().__init__(handles, verify_records=verify_records, budget=budget, layouts=layouts)
         self.memory_limit_bytes = memory_limit_bytes or default_memory_limit_bytes()
         self._out: np.ndarray = np.empty(INITIAL_OUT_BYTES, dtype=np.uint8)
         # In-process batch buffers of this reader (one per thread and process, as the reader),

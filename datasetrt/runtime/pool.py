@@ -16,7 +16,9 @@ Runs (`open_run` / `submit` / `close_run`): the pool owns each run's id, which w
 opened it, and the tasks in flight per worker (`inflight`, +1 at `submit`, -1 when the task's
 TaskDone or TaskFailed is routed); a run owns its ring and slots. A worker new to a run gets
 its OpenRun and then the ring's descriptor over its task socket (SCM_RIGHTS): shared memory has
-no name, so no process death can leave one behind (runtime/shm.py).
+no name, so no process death can leave one behind (runtime/shm.py). That happens at the
+worker's first task of the run, or earlier through `offer` (a run's head start, so the worker
+opens the run while the parent reads); the worker answers RunOpened, routed to the run.
 
 Idle ring: a run that ends with no task in flight may hand its ring back (`close_run(run,
 keep_ring=ring)`); the pool keeps at most one such ring, mapped by the parent and by the workers
@@ -50,6 +52,7 @@ from datasetrt.runtime.protocol import (
     ForgetRing,
     OpenRun,
     ReadTask,
+    RunOpened,
     TaskDone,
     TaskFailed,
     WorkerReady,
@@ -204,20 +207,34 @@ class WorkerPool:
         candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
         worker = min(candidates, key=self.inflight.__getitem__)
         if worker not in run.workers:
-            if run.opening_bytes is None:
-                run.opening_bytes = pickle.dumps(run.opening, pickle.HIGHEST_PROTOCOL)
-            try:
-                self._send_bytes(worker, run.opening_bytes)
-                self._send_fd(worker, run.ring_fd)
-            except BaseException:
-                # Interrupted between the two, the worker's channel would be out of step.
-                self.close()
-                raise
-            run.workers.add(worker)
-            self.ring_holders.setdefault(run.opening.ring_key, set()).add(worker)
+            self._open_run_on(worker, run)
         self.inflight[worker] += 1
         self._send(worker, task)
         return worker
+
+    def offer(self, run: PoolRun) -> None:
+        """Send `run.opening` (and the ring) now to every ready worker that has not had it, so
+        it opens the run (its reader of the run's caches, the ring's mapping) before its first
+        task; each answers RunOpened, routed to the run's handler by a later poll."""
+        if run.opening is None or run.ring_fd < 0:
+            raise ValueError("PoolRun.opening and ring_fd must be set before the run is offered")
+        for worker in self.ready_workers():
+            if worker not in run.workers:
+                self._open_run_on(worker, run)
+
+    def _open_run_on(self, worker: int, run: PoolRun) -> None:
+        assert run.opening is not None
+        if run.opening_bytes is None:
+            run.opening_bytes = pickle.dumps(run.opening, pickle.HIGHEST_PROTOCOL)
+        try:
+            self._send_bytes(worker, run.opening_bytes)
+            self._send_fd(worker, run.ring_fd)
+        except BaseException:
+            # Interrupted between the two, the worker's channel would be out of step.
+            self.close()
+            raise
+        run.workers.add(worker)
+        self.ring_holders.setdefault(run.opening.ring_key, set()).add(worker)
 
     def close_run(self, run: PoolRun, keep_ring=None) -> bool:
         """Idempotent: drop the run's handler and tell the workers that opened it (CloseRun: they
@@ -335,8 +352,8 @@ class WorkerPool:
             if isinstance(proc, ForkedWorker):
                 proc.forked(msg.pid)
             return
-        if isinstance(msg, (TaskDone, TaskFailed)):
-            if msg.task_id >= 0:
+        if isinstance(msg, (TaskDone, TaskFailed, RunOpened)):
+            if not isinstance(msg, RunOpened) and msg.task_id >= 0:
                 self.inflight[msg.worker] -= 1
             handler = self.handlers.get(msg.run_id)
             if handler is not None:

@@ -10,7 +10,8 @@ descriptors), results worker -> parent (a pipe); every message is one pickled da
 every worker's process sentinel at once (`multiprocess.connection.wait`), so a dead worker wakes
 it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.py) owns its ring.
   parent -> worker   OpenRun      once per (worker, run), before that worker's first ReadTask of
-                                  the run: the caches (`CacheSet`), the ring's `SlotLayout` and
+                                  the run (or, in a run's head start, as soon as the worker
+                                  is ready: `WorkerPool.offer`): the caches (`CacheSet`), the ring's `SlotLayout` and
                                   its `ring_key`, followed at once by the ring's memfd as one
                                   SCM_RIGHTS byte (runtime/shm.py send_fd / recv_fd): the ring
                                   has no name. A worker that still maps the ring of that key
@@ -25,6 +26,8 @@ it immediately. The pool (runtime/pool.py) sends and routes; a run (runtime/run.
                                   with this code (the zygote forks and reaps the workers)
   worker -> parent   WorkerReady  after start-up (pid, which heavy modules it has imported — a
                                   spawned worker has none)
+                     RunOpened    the worker took the run's OpenRun: its reader and the ring's
+                                  mapping are ready (a run's head start ends at the first)
                      TaskDone     `rows` rows of the task are in the slot (rows < count: the
                                   slot filled; the parent submits the rest as a new task;
                                   rows == 0 and need_bytes > 0: the next record alone exceeds a
@@ -119,6 +122,12 @@ class WorkerReady:
     worker: int
     pid: int
     heavy_modules: tuple[str, ...]  # which of HEAVY_MODULES are in the worker's sys.modules
+
+
+@dataclass(frozen=True, slots=True)
+class RunOpened:
+    worker: int
+    run_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,10 @@ Boundary: numpy arrays, the worker pool and the ring; no Polars, no Torch, no re
 consumer turns chunks into samples or batches). Slot bytes are named in runtime/slot.py and
 viewed through `Ring`; this module never indexes a slot by number.
 
-Head start: a run on a pool whose workers have not reported ready yet reads the head of its
-window in this process, chunk by chunk, until one has; tasks start where the head stopped.
+Head start: a run on a pool whose workers have not reported ready yet, or over so many caches
+(HEAD_START_CACHES) that a worker takes a while to open it, reads the head of its window in
+this process, item by item, while the workers open the run (offered to each as it becomes
+ready); it stops at the first RunOpened (or failure), and tasks start where the head stopped.
 
 Flow control: a task is submitted only with a free ring slot, and a slot is freed only when the
 consumer asks for the next chunk, so a slow consumer stops submissions and memory never grows
@@ -33,7 +35,7 @@ from datasetrt.runtime.gatherer import cache_layout
 from datasetrt.runtime.local import Chunk, LocalReader, local_chunks
 from datasetrt.runtime.memory import MemoryBound, collector_paused
 from datasetrt.runtime.pool import PoolRun, WorkerPool
-from datasetrt.runtime.protocol import CacheSet, OpenRun, ReadTask, TaskDone, TaskFailed
+from datasetrt.runtime.protocol import CacheSet, OpenRun, ReadTask, RunOpened, TaskDone, TaskFailed
 from datasetrt.runtime.ring import Ring
 from datasetrt.runtime.slot import SlotLayout
 from datasetrt.sampling.planner import Window
@@ -83,6 +85,10 @@ PLAN_SCAN_BLOCKS = 16
 # Indexes `planned_record_bytes` scans at most per dataset: a dataset of 10^5 small caches plans
 # in what a few hundred index scans cost, not one mapping per cache.
 PLAN_SCAN_CACHES = 256
+# A run over at least this many caches gets a head start even on a ready pool: a worker unpickles
+# their description and builds its table before its first task, longer than a chunk takes here.
+# (Below it, a ready pool's workers read the whole window, as `start_workers()` promises.)
+HEAD_START_CACHES = 1024
 
 
 def planned_record_bytes(handles: Sequence[CacheHandle]) -> int:
@@ -231,6 +237,7 @@ class RingRun(ABC, Generic[ItemT]):
         self._task_ids = 0
         self._task_counts: dict[int, int] = {}
         self._task_worker: dict[int, tuple[int, int, int]] = {}  # task id in flight -> (worker, slot, count)
+        self._opened_by: set[int] = set()  # workers that reported RunOpened
         if attach:
             self._attach()
 
@@ -260,6 +267,9 @@ class RingRun(ABC, Generic[ItemT]):
     # -- messages and submission ------------------------------------------------------------
 
     def _on_message(self, msg: object) -> None:
+        if isinstance(msg, RunOpened):
+            self._opened_by.add(msg.worker)
+            return
         if isinstance(msg, (TaskDone, TaskFailed)):
             self._task_worker.pop(msg.task_id, None)
         if isinstance(msg, TaskFailed):
@@ -271,6 +281,19 @@ class RingRun(ABC, Generic[ItemT]):
                 # The slot filled early (records decoded larger than planned): queue the rest at
                 # once, ahead of new ranges, so it is in flight before the consumer reaches it.
                 heapq.heappush(self._todo, (msg.first + msg.rows, count - msg.rows))
+
+    def _head_start(self, pool: WorkerPool) -> bool:
+        """Whether this run begins by reading the head of its window here (module docstring)."""
+        return not pool.ready_workers() or len(self._caches.cache_dirs) >= HEAD_START_CACHES
+
+    def _taken_over(self, pool: WorkerPool) -> bool:
+        """Called after each item of the head: offers the run to the workers ready now and
+        routes what arrived; True once a worker has opened the run or the run failed (the
+        failure is raised by the next `_wait_for`), so the head stops there."""
+        pool.check_startup()
+        pool.offer(self._run)
+        pool.poll(0.0, idle_ok=True)
+        return bool(self._opened_by) or self._failure is not None
 
     def _wait_for(self, position: int) -> tuple[TaskDone, int]:
         """Keep the ring's free slots working until the task starting at window `position` is
@@ -441,17 +464,15 @@ class ParallelRun(RingRun[Chunk]):
         position = 0
         try:
             pool, ring = self._attached()
-            # Head start: while no worker has reported ready (a pool just launched: ~0.1 s for
-            # spawn), read the head of the window in this process; tasks start where it stopped.
-            # Who reads a row never changes its bytes, so the output is the same either way.
-            if not pool.ready_workers():
+            # Head start (module docstring): tasks start where it stopped. Who reads a row never
+            # changes its bytes, so the output is the same either way.
+            if self._head_start(pool):
                 head = local_chunks(self.fallback, self.window, self.shape.rows_per_task)
                 for chunk in head:
                     yield chunk
                     position = chunk.first + chunk.rows
-                    if pool.ready_workers():
+                    if self._taken_over(pool):
                         break
-                    pool.check_startup()
                 head.close()
                 self._next_first = position
             while position < self.window.length:

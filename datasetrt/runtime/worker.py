@@ -39,6 +39,7 @@ from datasetrt.runtime.protocol import (
     ForgetRing,
     OpenRun,
     ReadTask,
+    RunOpened,
     Shutdown,
     TaskDone,
     TaskFailed,
@@ -224,6 +225,7 @@ def worker_main(index: int, task_conn, result_conn, parent_pid: int) -> None:
                     ring = rings[msg.ring_key] = _RingMap(fd)
                 runs[msg.run_id] = _Run(msg, reader, ring)
                 _evict_idle(readers, runs)
+                _send(result_conn, RunOpened(index, msg.run_id))
             except BaseException as exc:
                 _report(result_conn, index, msg.run_id, -1, exc)
             finally:

@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 import datasetrt as drt
+from datasetrt.runtime import run as run_module
 from datasetrt.runtime.pool import WorkerPool
 from datasetrt.runtime.run import ParallelRun
 from tests.runtime.conftest import MiB, active_run, compressible, pair, varied_items, write_cache
@@ -329,5 +330,72 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
         assert ready_at_first_task == [True], "a task was sent while no worker was ready"
         if method == "spawn" or scenario == "batches":
             assert firsts and min(firsts) > 0, "the workers read the window's head: no in-process head start"
+    finally:
+        rt.close()
+
+
+def _offered_then_rest(rt, items):
+    """`items` (an iterator of `rt`'s window): items until the run has been offered to a worker,
+    then - once a worker has reported RunOpened - the rest (waits on the workers' progress, not
+    on time: the head stops at its next item, however loaded the machine)."""
+    items = iter(items)
+    run = None
+    for item in items:
+        yield item
+        run = run or active_run(rt)
+        if run._run.workers:
+            break
+    assert run is not None
+    while not run._opened_by:
+        rt._worker_pool.poll(60.0, what="the run's opening")
+    yield from items
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("scenario", ["samples", "batches"])
+@pytest.mark.parametrize("many", [True, False])
+def test_a_run_over_many_caches_reads_its_head_until_a_worker_has_opened_it(mixed, method, scenario, many, monkeypatch):
+    """On a ready pool, a run over at least HEAD_START_CACHES caches reads the head of its window
+    here while the workers open it (offered after the first item): the first task goes out
+    only after a worker reported RunOpened, and starts after the head. Below it, the workers
+    read the whole window (`start_workers()`'s promise). Either way the window is the
+    in-process reader's, bit for bit."""
+    monkeypatch.setattr(run_module, "HEAD_START_CACHES", len(mixed) if many else len(mixed) + 1)
+    firsts, opened_at_first_task = [], []
+    submit = WorkerPool.submit
+
+    def recording_submit(self, run, task):
+        if not firsts:
+            opened_at_first_task.append(bool(self.handlers[run.run_id].__self__._opened_by))
+        firsts.append(task.first)
+        return submit(self, run, task)
+
+    monkeypatch.setattr(WorkerPool, "submit", recording_submit)
+    rt = drt.DatasetRuntime(num_workers=2, start_method=method)
+    try:
+        rt.start_workers()
+        ref, par = pair(mixed, rt, seed=13, shuffle=True, prefetch_size=64)
+        for ds in (ref, par):
+            ds.set_epoch_len(5_000)
+        if scenario == "batches":
+
+            def flat(batches):
+                return [
+                    (bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
+                    for b in batches
+                    for i in range(len(b))
+                ]
+
+            read = _offered_then_rest(rt, par.iter_batches(37)) if many else par.iter_batches(37)
+            got, want = flat(read), flat(ref.iter_batches(37))
+            assert len(got) == 5_000 and got == want
+        else:
+            assert_same(list(_offered_then_rest(rt, par) if many else par), list(ref))
+        assert firsts, "the workers read none of the window"
+        if many:
+            assert opened_at_first_task == [True], "a task was sent before any worker had opened the run"
+            assert min(firsts) > 0, "no in-process head start"
+        else:
+            assert min(firsts) == 0, "a ready pool's run over few caches read its head in-process"
     finally:
         rt.close()
