@@ -17,8 +17,14 @@ beside it; descriptors are counted in /proc/PID/fd of each process of the tree (
 process's count is what the per-process budget bounds: datasetrt.runtime.descriptors.
 default_limit(), half the soft RLIMIT_NOFILE, at most 4096).
 
+With `--repeats R`, each configuration runs R times (the configurations' order reversed every
+other round) and the table shows the median open and first-sample times with their range; the
+memory and descriptor columns are those of the run with the median open time. `--many DIR` reads
+caches `make_caches` wrote before (kept) instead of writing them into a temporary directory.
+
 Usage:
-  python -m benchmarks.scale_caches [--counts 10000,100000] [--out bench-out/scale_caches.json]
+  python -m benchmarks.scale_caches [--counts 10000,100000] [--repeats 1] [--many DIR]
+      [--out bench-out/scale_caches.json]
   python -m benchmarks.scale_caches --run datasetrt-fork --many DIR --n N      one configuration
 """
 
@@ -28,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -129,6 +136,27 @@ def run_one(config: str, many: Path, n: int) -> dict:
     }
 
 
+def merged(runs: list[dict]) -> dict:
+    """One row for the runs of one (caches, config): the median-open run's figures, its open and
+    first-sample times replaced by the medians over `runs`, every run's times kept (`runs_s`)."""
+    done = [r for r in runs if "error" not in r]
+    if not done:
+        return runs[0]
+    by_open = sorted(done, key=lambda r: r["times_s"]["open"])
+    row = dict(by_open[(len(by_open) - 1) // 2])
+    row["runs_s"] = {k: [r["times_s"][k] for r in done] for k in ("open", "first")}
+    row["times_s"] = {**row["times_s"], **{k: statistics.median(v) for k, v in row["runs_s"].items()}}
+    row["failed_runs"] = len(runs) - len(done)
+    return row
+
+
+def _spread(r: dict, key: str, scale: float, fmt: str) -> str:
+    runs = r.get("runs_s", {}).get(key, [])
+    if len(runs) < 2:
+        return ""
+    return f" ({min(runs) * scale:{fmt}}-{max(runs) * scale:{fmt}})"
+
+
 def render(rows: list[dict]) -> str:
     lines = [
         "| caches | reader | open | first sample | anon+shmem per cache (open) | (after 1,001 samples) | file-backed per cache "
@@ -141,7 +169,8 @@ def render(rows: list[dict]) -> str:
             continue
         t = r["times_s"]
         lines.append(
-            f"| {r['caches']:,} | {r['config']} | {t['open']:.2f} s | {t['first'] * 1e3:,.0f} ms "
+            f"| {r['caches']:,} | {r['config']} | {t['open']:.2f} s{_spread(r, 'open', 1, '.2f')} "
+            f"| {t['first'] * 1e3:,.0f} ms{_spread(r, 'first', 1e3, ',.0f')} "
             f"| {r['open_private_per_cache']:,.0f} B | {r['read_private_per_cache']:,.0f} B | {r['read_file_per_cache']:,.0f} B "
             f"| {r['marks']['read']['processes']} | {r['max_fds']:,} ({r['budget']:,}) |"
         )
@@ -157,29 +186,38 @@ def main() -> None:
     parser.add_argument("--run", choices=CONFIGS, default=None)
     parser.add_argument("--many", type=Path, default=None)
     parser.add_argument("--n", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     if args.run:
         print(json.dumps(run_one(args.run, args.many, args.n)), flush=True)
         return
     counts = [int(c) for c in args.counts.split(",")]
+    configs = args.configs.split(",")
     workdir = Path(tempfile.mkdtemp(prefix="datasetrt-bench-scale-caches-"))
     results = []
     wall = time.perf_counter()
     try:
-        t = time.perf_counter()
-        many = make_caches(workdir, max(counts))
-        print(f"wrote {max(counts):,} caches in {time.perf_counter() - t:.0f} s", flush=True)
+        if args.many is not None and len(list(args.many.iterdir())) >= max(counts):
+            many = args.many
+        else:
+            t = time.perf_counter()
+            many = make_caches(workdir, max(counts))
+            print(f"wrote {max(counts):,} caches in {time.perf_counter() - t:.0f} s", flush=True)
         for n in counts:
-            for config in args.configs.split(","):
-                child = child_process(
-                    ["-m", "benchmarks.scale_caches", "--run", config, "--many", str(many), "--n", str(n)], args.timeout
-                )
-                if child.figures is None or child.returncode != 0:
-                    r = {"config": config, "caches": n, "error": child.tail()}
-                else:
-                    r = child.figures
-                results.append(r)
-                print(render([r]).splitlines()[-1], flush=True)
+            runs: dict[str, list[dict]] = {c: [] for c in configs}
+            for rep in range(args.repeats):
+                for config in configs if rep % 2 == 0 else configs[::-1]:
+                    child = child_process(
+                        ["-m", "benchmarks.scale_caches", "--run", config, "--many", str(many), "--n", str(n)],
+                        args.timeout,
+                    )
+                    if child.figures is None or child.returncode != 0:
+                        r = {"config": config, "caches": n, "error": child.tail()}
+                    else:
+                        r = child.figures
+                    runs[config].append(r)
+                    print(render([r]).splitlines()[-1], flush=True)
+            results.extend(merged(runs[c]) for c in configs)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nmachine: {machine_facts()}; wall {time.perf_counter() - wall:.0f} s")
