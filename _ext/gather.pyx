@@ -39,7 +39,6 @@ from libc.string cimport memcpy, memmove
 from posix.types cimport off_t
 from posix.unistd cimport pread
 
-from clibs cimport XXH3_64bits
 from codecs cimport CODEC_NONE, DecodeContext, decode, decode_context_free, decode_context_init, decoded_size
 from datasetrt._native.table cimport CacheArrays, CacheTable
 from faults cimport (
@@ -50,6 +49,11 @@ from layout cimport CHECKSUM_ROW_BYTES, INDEX_ROW_BYTES, RECORD_HEADER_BYTES
 
 from datasetrt.errors import os_error_text
 from datasetrt.values.codecs import CODEC_BY_ID
+
+
+cdef extern from "xxh3_wide.h" nogil:
+    # XXH3_64bits with AVX2 where the CPU has it (the baseline libxxhash is SSE2): same values.
+    uint64_t drt_xxh3_64(const void* data, size_t length)
 
 # The record sizes this kernel indexes by (layout.pxd), for the twin check against format/layout.py.
 RECORD_LAYOUT = {
@@ -301,7 +305,7 @@ cdef inline int _check_record(const CacheArrays* t, int64_t c, uint64_t sid, con
     cdef int64_t bad_at
     if t.checksums[c] != NULL:
         expect = drt_load_u64le(t.checksums[c] + sid * CHECKSUM_ROW_BYTES)
-        if XXH3_64bits(rec, rec_len) != expect:
+        if drt_xxh3_64(rec, rec_len) != expect:
             f.code = F_CHECKSUM
             f.a = expect
             return -1
