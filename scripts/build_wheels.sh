@@ -45,7 +45,7 @@ find_python() {  # $1 = 3.X -> path of a working interpreter, or nothing
 
 # The inputs of the sdist (MANIFEST.in, setup.py, pyproject.toml) and this script.
 source_hash() {
-  { find datasetrt _ext -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pxd' \) -not -path '*/__pycache__/*'
+  { find datasetrt _ext -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' \) -not -path '*/__pycache__/*'
     ls setup.py pyproject.toml MANIFEST.in README.md CHANGELOG.md scripts/build_wheels.sh docs/*.md
   } | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16
 }

@@ -50,6 +50,7 @@ def test_sdist_carries_sources_and_no_build_products(built):
         "CHANGELOG.md",
         "_ext/clibs.pxd",
         "_ext/gather.pyx",
+        "_ext/xxh3_wide.h",
         "datasetrt/__init__.py",
         "datasetrt/cli/demo.py",
         "datasetrt/_native/__init__.py",
