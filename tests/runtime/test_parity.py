@@ -292,9 +292,9 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
     """Whatever the split between the in-process head and the workers (it depends on when they
     become ready), the window is bit-identical to the in-process reader's: weighted draws,
     oversize records (in-process fallback), task splits and batch alignment included. The head
-    is read here until a worker has reported ready, and the workers' first task starts after it
-    (batches: the first batch is always read before the pool launches; spawn: its workers need
-    ~0.1 s to report ready; a fork may be quicker than the first chunk)."""
+    is read here until a worker has opened the run (it is ready then), and the workers' first
+    task starts after it (batches: the first batch is always read before the pool launches;
+    spawn: its workers need ~0.1 s to report ready; a fork may be quicker than the first chunk)."""
     firsts, ready_at_first_task = [], []
     submit = WorkerPool.submit
 
@@ -326,7 +326,7 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
         else:
             assert_same(list(_handed_over(rt, par, 500)), list(ref))
         assert rt._worker_pool.all_ready  # the workers took over before the end
-        # The head goes on until a worker has reported ready, so the first task goes to one.
+        # The head goes on until a worker has opened the run, so the first task goes to a ready one.
         assert ready_at_first_task == [True], "a task was sent while no worker was ready"
         if method == "spawn" or scenario == "batches":
             assert firsts and min(firsts) > 0, "the workers read the window's head: no in-process head start"
