@@ -85,9 +85,8 @@ PLAN_SCAN_BLOCKS = 16
 # Indexes `planned_record_bytes` scans at most per dataset: a dataset of 10^5 small caches plans
 # in what a few hundred index scans cost, not one mapping per cache.
 PLAN_SCAN_CACHES = 256
-# A run over at least this many caches gets a head start even on a ready pool: a worker unpickles
-# their description and builds its table before its first task, longer than a chunk takes here.
-# (Below it, a ready pool's workers read the whole window, as `start_workers()` promises.)
+# A run over at least this many caches gets a head start even on a ready pool (a worker's open of
+# them takes longer than a chunk here); below it a ready pool reads the whole window (`start_workers`).
 HEAD_START_CACHES = 1024
 
 

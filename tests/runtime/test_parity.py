@@ -271,6 +271,11 @@ def test_five_concurrent_datasets_on_one_worker(runtimes, tmp_path):
 # -- the head start: a fresh runtime reads the head of its first window in-process ----------------
 
 
+def _flat(batches) -> list[tuple[bytes, int, int]]:
+    """(payload, cache_id, sample_id) of every row of `batches`, in order."""
+    return [(bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i])) for b in batches for i in range(len(b))]
+
+
 def _handed_over(rt, items, head: int):
     """`items` (an iterator of `rt`'s first window): the first `head`, then - once every worker has
     reported ready - the rest. The workers take over inside the window however slowly they start
@@ -313,15 +318,7 @@ def test_first_window_on_a_fresh_runtime_hands_over_without_a_seam(mixed, method
                 _weighted(ds)
             ds.set_epoch_len(20_000)
         if scenario == "batches":
-
-            def flat(batches):
-                return [
-                    (bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
-                    for b in batches
-                    for i in range(len(b))
-                ]
-
-            got, want = flat(_handed_over(rt, par.iter_batches(37), 20)), flat(ref.iter_batches(37))
+            got, want = _flat(_handed_over(rt, par.iter_batches(37), 20)), _flat(ref.iter_batches(37))
             assert len(got) == 20_000 and got == want
         else:
             assert_same(list(_handed_over(rt, par, 500)), list(ref))
@@ -378,16 +375,8 @@ def test_a_run_over_many_caches_reads_its_head_until_a_worker_has_opened_it(mixe
         for ds in (ref, par):
             ds.set_epoch_len(5_000)
         if scenario == "batches":
-
-            def flat(batches):
-                return [
-                    (bytes(b.payload(i)), int(b.cache_id[i]), int(b.sample_id[i]))
-                    for b in batches
-                    for i in range(len(b))
-                ]
-
             read = _offered_then_rest(rt, par.iter_batches(37)) if many else par.iter_batches(37)
-            got, want = flat(read), flat(ref.iter_batches(37))
+            got, want = _flat(read), _flat(ref.iter_batches(37))
             assert len(got) == 5_000 and got == want
         else:
             assert_same(list(_offered_then_rest(rt, par) if many else par), list(ref))
