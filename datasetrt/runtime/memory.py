@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,8 +141,9 @@ def _read_fields(path: Path) -> dict[str, int]:
 
 def available_memory_bytes() -> int:
     """Memory available to this process: min(physical memory, cgroup limit)."""
-    # (the kernel's total RAM, as /proc/meminfo's MemTotal; no psutil import on the open path)
-    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    import psutil  # lazily: reader workers import this module only for SHM_DIR
+
+    physical = psutil.virtual_memory().total
     limit = cgroup_limit_bytes()
     return min(physical, limit) if limit is not None else physical
 
