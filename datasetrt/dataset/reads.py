@@ -81,8 +81,9 @@ class DatasetReads:
         """Whether reads go to the runtime's reader processes (`parallel_reads`)."""
         return self.runtime is not None and self.runtime.parallel_reads
 
-    def reader(self) -> LocalReader:
-        """This thread's reader in this process."""
+    def reader(self, layouts: Sequence[CacheLayout] | None = None) -> LocalReader:
+        """This thread's reader in this process. `layouts`: the caches' layouts when the caller
+        has them (a run's `CacheSet`), used if the reader is built now."""
         local = self._thread_readers
         reader = getattr(local, "reader", None)
         if reader is None or local.pid != os.getpid():
@@ -91,16 +92,10 @@ class DatasetReads:
                     self.handles,
                     verify_records=self.config.verify_records,
                     memory_limit_bytes=self.config.memory_limit_bytes or self.default_memory_limit,
-                    layouts=self._known_layouts(),
+                    layouts=layouts,
                 )
             local.reader, local.pid = reader, os.getpid()
         return reader
-
-    def _known_layouts(self) -> Sequence[CacheLayout] | None:
-        """The caches' layouts when the workers' description of them is built already (a run
-        builds it before its reader), so they are not worked out twice; else None."""
-        caches = self.__dict__.get("worker_caches")  # the cached property, if computed
-        return caches.layouts if caches is not None and caches.layouts else None
 
     def close(self) -> None:
         """Close this thread's shard descriptors now (they are also closed on garbage collection)."""
@@ -264,15 +259,16 @@ class DatasetReads:
     def _run_spec(self, window: Any, rows_hint: int | None) -> RunSpec:
         assert self.runtime is not None
         cfg = self.config
+        caches = self.worker_caches
         return RunSpec(
-            caches=self.worker_caches,
+            caches=caches,
             window=window,
             num_workers=self.runtime.num_workers,
             prefetch_size=cfg.prefetch_size,
             max_record_bytes=self.max_record_bytes,
             memory_limit_bytes=cfg.memory_limit_bytes or self.default_memory_limit,
             timeout_s=cfg.worker_timeout_s,
-            fallback=self.reader(),
+            fallback=self.reader(caches.layouts or None),  # (remote caches: no layouts)
             rows_hint=rows_hint,
         )
 

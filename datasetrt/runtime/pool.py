@@ -202,8 +202,6 @@ class WorkerPool:
         """Send `task` to the ready worker with the fewest tasks in flight (any worker while none
         is ready) and count it in flight until its TaskDone / TaskFailed arrives; a worker new to
         the run gets `run.opening` first. Returns the worker index."""
-        if run.opening is None or run.ring_fd < 0:
-            raise ValueError("PoolRun.opening and ring_fd must be set before the run's first task")
         candidates = [i for i, r in enumerate(self.ready) if r is not None] or range(self.num_workers)
         worker = min(candidates, key=self.inflight.__getitem__)
         if worker not in run.workers:
@@ -216,14 +214,13 @@ class WorkerPool:
         """Send `run.opening` (and the ring) now to every ready worker that has not had it, so
         it opens the run (its reader of the run's caches, the ring's mapping) before its first
         task; each answers RunOpened, routed to the run's handler by a later poll."""
-        if run.opening is None or run.ring_fd < 0:
-            raise ValueError("PoolRun.opening and ring_fd must be set before the run is offered")
         for worker in self.ready_workers():
             if worker not in run.workers:
                 self._open_run_on(worker, run)
 
     def _open_run_on(self, worker: int, run: PoolRun) -> None:
-        assert run.opening is not None
+        if run.opening is None or run.ring_fd < 0:
+            raise ValueError("PoolRun.opening and ring_fd must be set before the run's first task or offer")
         if run.opening_bytes is None:
             run.opening_bytes = pickle.dumps(run.opening, pickle.HIGHEST_PROTOCOL)
         try:
@@ -352,9 +349,9 @@ class WorkerPool:
             if isinstance(proc, ForkedWorker):
                 proc.forked(msg.pid)
             return
+        if isinstance(msg, (TaskDone, TaskFailed)) and msg.task_id >= 0:
+            self.inflight[msg.worker] -= 1
         if isinstance(msg, (TaskDone, TaskFailed, RunOpened)):
-            if not isinstance(msg, RunOpened) and msg.task_id >= 0:
-                self.inflight[msg.worker] -= 1
             handler = self.handlers.get(msg.run_id)
             if handler is not None:
                 handler(msg)
